@@ -1,0 +1,45 @@
+"""The ``flux`` command line.
+
+Each subcommand lives in its own module ``flux_runtime/cli/_<name>.py`` exposing
+``register(subparsers)``; the module adds its parser and sets ``func`` (taking the
+parsed namespace, returning the exit code).
+
+Exit codes: 0 success (or the confined command's own exit code for ``flux exec``),
+2 usage or load error; subcommands document the others they use.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Callable, Sequence
+
+__all__ = ["main"]
+
+# Subcommand modules, in help order.
+_SUBCOMMANDS: tuple[str, ...] = ()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="flux", description="Flux execution substrate")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in _SUBCOMMANDS:
+        module = importlib.import_module(f"flux_runtime.cli._{name}")
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``flux`` command line; return the process exit code."""
+    parser = build_parser()
+    args = parser.parse_args(list(argv) if argv is not None else None)
+    func: Callable[[argparse.Namespace], int] | None = getattr(args, "func", None)
+    if func is None:
+        parser.print_help(sys.stderr)
+        return 2
+    return func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

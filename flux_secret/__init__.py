@@ -1,0 +1,5 @@
+"""flux_secret — a pure package (stdlib and pydantic only, no process or network IO)."""
+
+from __future__ import annotations
+
+__all__: list[str] = []
