@@ -1,0 +1,264 @@
+"""The file-backed evidence log: one writer, durable appends, torn-tail recovery."""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import hashlib
+import os
+import stat
+import threading
+import typing
+from typing import Literal, Self
+
+from ._base import Clock, LogBase
+from ._exceptions import EvidenceError, EvidenceReason, LogLockedError
+from ._fileio import fsync_dir, read_all, write_all
+from ._scan import scan
+
+__all__ = ["EvidenceLog", "FsyncMode"]
+
+FsyncMode = Literal["always", "batch", "never"]
+_MODES = ("always", "batch", "never")
+
+
+@typing.final
+class EvidenceLog(LogBase):
+    """An append-only, hash-chained JSONL evidence log in one file.
+
+    Open with :meth:`open`. Durability modes: ``never`` hands each record to the kernel
+    with one ``write`` (no user-space buffer: a killed process loses at most the record
+    in flight; a power loss may lose more); ``always`` fsyncs every append before it
+    returns; ``batch`` is group commit — concurrent appenders share one fsync and each
+    ``append`` returns only once its record is durable.
+
+    Guarantee: one writer per file (``flock``), lines never interleave; the whole file
+    is verified on open, so a writer never extends a log that does not verify.
+    Not guaranteed: protection against someone who can write the file (that is what
+    ``verify(expect_head=...)`` and signed checkpoints catch); records are held in
+    memory for queries, so the log must fit in memory.
+    """
+
+    def __init__(self, *, _fd: int, _fsync: FsyncMode, _clock: Clock | None) -> None:
+        super().__init__(clock=_clock)
+        self._fd = _fd
+        self._fsync = _fsync
+        self._failed = False
+        self._size = 0  # bytes of complete lines in the file
+        # group commit state (batch mode)
+        self._sync_cond = threading.Condition(threading.Lock())
+        self._syncing = False
+        self._written_seq = -1
+        self._synced_seq = -1
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        fsync: FsyncMode = "always",
+        clock: Clock | None = None,
+        wait_for_lock: bool = False,
+        readonly: bool = False,
+        log_id: str | None = None,
+    ) -> Self:
+        """Open (creating if needed) the log at *path*.
+
+        For writing (default): take the exclusive lock, verify the whole file, cut a
+        torn last line (one without its newline) and record that in a ``recovery``
+        record (count and sha256 of the dropped bytes); a new or empty file gets its
+        ``genesis`` record (id *log_id*, random by default) and the directory is fsynced.
+        For reading (``readonly=True``): no lock, no change to the file; a torn last line
+        is ignored.
+
+        Raises:
+            LogLockedError: another writer holds the lock (unless *wait_for_lock*).
+            InvalidEvidenceError: a complete line fails to parse or chain — tampering,
+                never repaired.
+            EvidenceError: NOT_FOUND (reading a missing file), NOT_A_FILE, IO,
+                BAD_ARGUMENT (an unknown fsync mode).
+        """
+        if fsync not in _MODES:
+            raise EvidenceError(
+                f"fsync must be one of {_MODES}", op="open", reason=EvidenceReason.BAD_ARGUMENT
+            )
+        fd, created = _open_fd(os.fspath(path), readonly=readonly)
+        try:
+            if not readonly:
+                _lock(fd, wait=wait_for_lock)
+            log = cls(_fd=fd, _fsync=fsync, _clock=clock)
+            log._load(os.fspath(path), created=created, readonly=readonly, log_id=log_id)
+        except BaseException:
+            os.close(fd)
+            raise
+        return log
+
+    def _load(self, path: str, *, created: bool, readonly: bool, log_id: str | None) -> None:
+        try:
+            buf = read_all(self._fd)
+        except OSError as exc:
+            raise _io("open", exc) from exc
+        result = scan(buf, keep_records=True)
+        self._adopt(result.records)
+        self._size = result.complete_len
+        self._readonly = readonly
+        if readonly:
+            return
+        changed = False
+        with self._lock:
+            if result.torn_bytes:
+                dropped = buf[result.complete_len :]
+                try:
+                    os.ftruncate(self._fd, result.complete_len)
+                except OSError as exc:
+                    raise _io("open", exc) from exc
+                changed = True
+            if not self._records:
+                self._append_genesis(log_id)
+                changed = True
+            if result.torn_bytes:
+                self._append_recovery(len(dropped), hashlib.sha256(dropped).hexdigest())
+        if changed:
+            self._fsync_now("open")
+        if created or changed:
+            try:
+                fsync_dir(path)
+            except OSError as exc:
+                raise _io("open", exc) from exc
+        self._written_seq = self._synced_seq = len(self._records) - 1
+
+    # -- storage ----------------------------------------------------------------
+    def _commit(self, line: bytes, seq: int) -> None:
+        if self._failed:
+            raise EvidenceError(
+                "an earlier write or fsync failed", op="append", reason=EvidenceReason.FAILED
+            )
+        try:
+            write_all(self._fd, line)
+        except OSError as exc:
+            self._undo_partial()
+            raise _io("append", exc) from exc
+        self._size += len(line)
+        if self._fsync == "always":
+            self._fsync_now("append")
+        self._written_seq = seq
+
+    def _undo_partial(self) -> None:
+        """Cut a partially written line; if even that fails, refuse all later appends."""
+        try:
+            os.ftruncate(self._fd, self._size)
+        except OSError:
+            self._failed = True
+
+    def _fsync_now(self, op: str) -> None:
+        try:
+            os.fdatasync(self._fd)
+        except OSError as exc:
+            self._failed = True  # fsync failure: page state unknown, never retried
+            raise _io(op, exc) from exc
+
+    def _after_commit(self, seq: int) -> None:
+        if self._fsync == "batch":
+            self._sync_until(seq)
+
+    def _sync_until(self, seq: int) -> None:
+        """Group commit: return once *seq* is durable; one thread fsyncs for all."""
+        cond = self._sync_cond
+        with cond:
+            while True:
+                if self._synced_seq >= seq:
+                    return
+                if self._failed:
+                    raise EvidenceError("fsync failed", op="append", reason=EvidenceReason.FAILED)
+                if not self._syncing:
+                    self._syncing = True
+                    target = self._written_seq  # every write up to here is complete
+                    break
+                cond.wait()
+        error: OSError | None = None
+        try:
+            os.fdatasync(self._fd)
+        except OSError as exc:
+            error = exc
+        with cond:
+            self._syncing = False
+            if error is None:
+                self._synced_seq = max(self._synced_seq, target)
+            else:
+                self._failed = True
+            cond.notify_all()
+        if error is not None:
+            raise _io("append", error) from error
+
+    def _close(self) -> None:
+        with self._sync_cond:
+            while self._syncing:
+                self._sync_cond.wait()
+        try:
+            if not self._readonly and not self._failed and self._fsync != "never":
+                os.fdatasync(self._fd)
+        except OSError:
+            pass  # best effort: every acknowledged append is already durable
+        finally:
+            os.close(self._fd)
+
+
+def _io(op: str, exc: OSError) -> EvidenceError:
+    return EvidenceError(
+        f"evidence log I/O failed: {errno.errorcode.get(exc.errno or 0, 'unknown')}",
+        op=op,
+        reason=EvidenceReason.IO,
+    )
+
+
+def _open_fd(path: str, *, readonly: bool) -> tuple[int, bool]:
+    """Open *path* as a regular file without blocking on a FIFO; say if we created it."""
+    base = os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY
+    created = False
+    try:
+        if readonly:
+            fd = os.open(path, os.O_RDONLY | base)
+        else:
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_EXCL | base, 0o600)
+                created = True
+            except FileExistsError:
+                fd = os.open(path, os.O_RDWR | os.O_APPEND | base)
+    except FileNotFoundError as exc:
+        raise EvidenceError(
+            "evidence log not found", op="open", reason=EvidenceReason.NOT_FOUND
+        ) from exc
+    except IsADirectoryError as exc:
+        raise EvidenceError(
+            "evidence log is not a regular file", op="open", reason=EvidenceReason.NOT_A_FILE
+        ) from exc
+    except OSError as exc:
+        raise _io("open", exc) from exc
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise EvidenceError(
+                "evidence log is not a regular file", op="open", reason=EvidenceReason.NOT_A_FILE
+            )
+        os.set_blocking(fd, True)
+    except OSError as exc:
+        os.close(fd)
+        raise _io("open", exc) from exc
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, created
+
+
+def _lock(fd: int, *, wait: bool) -> None:
+    flags = fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB)
+    while True:
+        try:
+            fcntl.flock(fd, flags)
+            return
+        except BlockingIOError as exc:
+            raise LogLockedError() from exc
+        except InterruptedError:
+            continue
+        except OSError as exc:
+            raise _io("open", exc) from exc

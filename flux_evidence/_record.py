@@ -1,0 +1,195 @@
+"""The record: one line of the log, hash-chained to the line before it.
+
+A line is the canonical JSON of a record object with exactly the keys ``actor data hash
+kind prev_hash seq session ts turn version``, followed by ``\\n``. The record's hash is
+``sha256(bytes.fromhex(prev_hash) || canonical(record without "hash"))``. Record 0 is
+the ``genesis`` record: its ``data`` is ``{"log_id": ...}`` and its ``prev_hash`` is
+:func:`genesis_hash` of that id, so a chain cannot be spliced onto another log's start.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import typing
+from dataclasses import dataclass
+from typing import Any
+
+from ._canonical import canonical_json
+from ._exceptions import EvidenceError, EvidenceReason
+
+__all__ = [
+    "EMPTY_HASH",
+    "FORMAT_VERSION",
+    "GENESIS_KIND",
+    "MAX_LINE_BYTES",
+    "RECOVERY_KIND",
+    "Head",
+    "Record",
+    "build_line",
+    "genesis_hash",
+]
+
+FORMAT_VERSION = 1
+GENESIS_KIND = "genesis"
+RECOVERY_KIND = "recovery"
+RESERVED_KINDS = frozenset({GENESIS_KIND, RECOVERY_KIND})
+# The head of a log with no records.
+EMPTY_HASH = "0" * 64
+# One line (record) at most 16 MiB: bounds the memory a hostile file can make a reader
+# spend on one line and keeps appends well under any single-write atomicity concern.
+MAX_LINE_BYTES = 16 * 1024 * 1024
+# Bound on kind/session/actor strings.
+MAX_LABEL_CHARS = 1024
+
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_GENESIS_DOMAIN = b"flux-evidence/v1/genesis\x00"
+_HASH_FIELD = b',"hash":"'
+
+
+def genesis_hash(log_id: str) -> str:
+    """Return the value the first record of log *log_id* chains to (hex sha256)."""
+    return hashlib.sha256(_GENESIS_DOMAIN + log_id.encode("utf-8")).hexdigest()
+
+
+@typing.final
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One evidence record as stored.
+
+    ``data`` is the parsed JSON value as a reader of the log sees it (a fresh copy, not
+    the caller's object); treat it as read-only. ``ts`` is whatever the log's clock
+    returned (nanoseconds since the epoch for the default clock).
+    """
+
+    version: int
+    seq: int
+    ts: int
+    kind: str
+    session: str | None
+    turn: int | None
+    actor: str | None
+    data: Any
+    prev_hash: str
+    hash: str
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the record as a JSON object (the keys of a stored line)."""
+        return {
+            "actor": self.actor,
+            "data": self.data,
+            "hash": self.hash,
+            "kind": self.kind,
+            "prev_hash": self.prev_hash,
+            "seq": self.seq,
+            "session": self.session,
+            "ts": self.ts,
+            "turn": self.turn,
+            "version": self.version,
+        }
+
+
+@typing.final
+@dataclass(frozen=True, slots=True)
+class Head:
+    """What an auditor keeps to detect truncation and rewrites later: the number of
+    records and the hash of the last one. Printed and parsed as ``SIZE:HASH``."""
+
+    size: int
+    hash: str
+
+    def __str__(self) -> str:
+        return f"{self.size}:{self.hash}"
+
+    @classmethod
+    def parse(cls, text: str) -> Head:
+        """Parse ``SIZE:HASH`` (as printed by ``str(head)``).
+
+        Raises:
+            EvidenceError: reason BAD_HEAD when malformed.
+        """
+        size_text, sep, hash_text = text.strip().partition(":")
+        if not sep or not size_text.isascii() or not size_text.isdigit():
+            raise EvidenceError("head must be SIZE:HASH", op="head", reason=EvidenceReason.BAD_HEAD)
+        if len(size_text) > 20 or not _HEX64.fullmatch(hash_text):
+            raise EvidenceError(
+                "head must be SIZE:HASH with a 64-digit lowercase hex hash",
+                op="head",
+                reason=EvidenceReason.BAD_HEAD,
+            )
+        return cls(int(size_text), hash_text)
+
+
+def is_hex64(value: object) -> bool:
+    return type(value) is str and _HEX64.fullmatch(value) is not None
+
+
+def _label(value: str | None, what: str, *, required: bool = False) -> bytes:
+    if value is None and not required:
+        return b"null"
+    if type(value) is not str or (required and not value) or len(value) > MAX_LABEL_CHARS:
+        raise EvidenceError(
+            f"{what} must be a {'non-empty ' if required else ''}str of at most "
+            f"{MAX_LABEL_CHARS} characters",
+            op="append",
+            reason=EvidenceReason.UNENCODABLE,
+        )
+    return canonical_json(value)
+
+
+def _int(value: int | None, what: str, *, nullable: bool) -> bytes:
+    if value is None and nullable:
+        return b"null"
+    if type(value) is not int:
+        raise EvidenceError(
+            f"{what} must be an int", op="append", reason=EvidenceReason.UNENCODABLE
+        )
+    return str(value).encode("ascii")
+
+
+def build_line(
+    *,
+    prev_hash: str,
+    seq: int,
+    ts: int,
+    kind: str,
+    session: str | None,
+    turn: int | None,
+    actor: str | None,
+    data_raw: bytes,
+) -> tuple[bytes, str]:
+    """Return (the full line with its ``\\n``, the record hash).
+
+    The canonical encoding is assembled from canonical pieces in sorted key order (the
+    same bytes as ``canonical_json`` of the whole object — a test holds it to that).
+    *data_raw* must already be canonical JSON (see ``encode_data``).
+
+    Raises:
+        EvidenceError: reason UNENCODABLE for a bad field, TOO_LARGE over MAX_LINE_BYTES.
+    """
+    head = b'{"actor":' + _label(actor, "actor") + b',"data":' + data_raw
+    tail = (
+        b',"kind":'
+        + _label(kind, "kind", required=True)
+        + b',"prev_hash":"'
+        + prev_hash.encode("ascii")
+        + b'","seq":'
+        + _int(seq, "seq", nullable=False)
+        + b',"session":'
+        + _label(session, "session")
+        + b',"ts":'
+        + _int(ts, "ts", nullable=False)
+        + b',"turn":'
+        + _int(turn, "turn", nullable=True)
+        + b',"version":1}'
+    )
+    digest = hashlib.sha256(bytes.fromhex(prev_hash))
+    digest.update(head)
+    digest.update(tail)
+    record_hash = digest.hexdigest()
+    line = head + _HASH_FIELD + record_hash.encode("ascii") + b'"' + tail + b"\n"
+    if len(line) > MAX_LINE_BYTES:
+        raise EvidenceError(
+            f"record exceeds {MAX_LINE_BYTES} bytes", op="append", reason=EvidenceReason.TOO_LARGE
+        )
+    return line, record_hash

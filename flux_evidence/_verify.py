@@ -1,0 +1,119 @@
+"""The offline verifier: check a log file (or its bytes) without modifying it."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import typing
+from dataclasses import dataclass
+from typing import Any
+
+from ._checkpoint import Checkpoint, verify_checkpoint
+from ._exceptions import EvidenceError, EvidenceReason, InvalidEvidenceError, TamperReason
+from ._fileio import read_all
+from ._merkle import _mth, leaf_hash
+from ._record import Head
+from ._scan import scan
+
+__all__ = ["VerifyResult", "verify", "verify_bytes"]
+
+
+@typing.final
+@dataclass(frozen=True, slots=True)
+class VerifyResult:
+    """What a valid log holds: its head (keep it for the next ``expect_head``), its log
+    id, and the bytes of a torn last line that were not checked (a crash artefact a
+    writer's next open will cut and record)."""
+
+    head: Head
+    log_id: str | None
+    torn_bytes: int
+
+
+def verify_bytes(
+    data: bytes,
+    *,
+    expect_head: Head | None = None,
+    checkpoint: Checkpoint | None = None,
+    hmac_key: bytes | None = None,
+    ed25519_public_key: Any = None,
+) -> VerifyResult:
+    """Verify the bytes of a log (see :func:`verify`)."""
+    if checkpoint is not None and (hmac_key is not None or ed25519_public_key is not None):
+        verify_checkpoint(checkpoint, hmac_key=hmac_key, ed25519_public_key=ed25519_public_key)
+    result = scan(data, expect_head=expect_head)
+    log_id: str | None = None
+    if result.hashes:
+        first = data[: data.index(b"\n")]
+        log_id = _log_id_of(first)
+    if checkpoint is not None:
+        size = len(result.hashes)
+        if checkpoint.size > size:
+            raise InvalidEvidenceError(TamperReason.TRUNCATED, seq=size)
+        leaves = [leaf_hash(bytes.fromhex(h)) for h in result.hashes[: checkpoint.size]]
+        if checkpoint.log_id != (log_id or "") and checkpoint.size > 0:
+            raise InvalidEvidenceError(TamperReason.BAD_CHAIN, seq=0)
+        if _mth(leaves).hex() != checkpoint.root:
+            raise InvalidEvidenceError(TamperReason.MODIFIED, seq=None)
+    return VerifyResult(head=result.head, log_id=log_id, torn_bytes=result.torn_bytes)
+
+
+def _log_id_of(first_line: bytes) -> str | None:
+    value = json.loads(first_line)["data"]["log_id"]
+    return value if isinstance(value, str) else None
+
+
+def verify(
+    path: str | os.PathLike[str],
+    *,
+    expect_head: Head | None = None,
+    checkpoint: Checkpoint | None = None,
+    hmac_key: bytes | None = None,
+    ed25519_public_key: Any = None,
+) -> VerifyResult:
+    """Verify the evidence log at *path*; never modifies the file.
+
+    Guarantee: every complete line is a canonical record, hashes to its ``hash``, has
+    its position as ``seq`` and chains to its predecessor (the first to its log's
+    genesis value). With *expect_head* (an earlier ``head()``), the log still holds at
+    least that many records and the record at ``size - 1`` is unchanged, so truncation
+    and rewrites are caught. With *checkpoint*, the Merkle root of the first
+    ``checkpoint.size`` records matches, and, given the key, its signature verifies.
+    Not guaranteed: without a head or checkpoint, a log cut at a line boundary or
+    rewritten wholesale by someone able to write the file verifies. A torn last line
+    (no newline) is reported in ``torn_bytes``, not checked.
+
+    Raises:
+        InvalidEvidenceError: the first bad seq and the reason.
+        EvidenceError: NOT_FOUND, NOT_A_FILE or IO when the file cannot be read.
+    """
+    try:
+        fd = os.open(os.fspath(path), os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
+    except FileNotFoundError as exc:
+        raise EvidenceError(
+            "evidence log not found", op="verify", reason=EvidenceReason.NOT_FOUND
+        ) from exc
+    except OSError as exc:
+        raise EvidenceError(
+            "evidence log cannot be opened", op="verify", reason=EvidenceReason.IO
+        ) from exc
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise EvidenceError(
+                "evidence log is not a regular file", op="verify", reason=EvidenceReason.NOT_A_FILE
+            )
+        data = read_all(fd)
+    except OSError as exc:
+        raise EvidenceError(
+            "evidence log cannot be read", op="verify", reason=EvidenceReason.IO
+        ) from exc
+    finally:
+        os.close(fd)
+    return verify_bytes(
+        data,
+        expect_head=expect_head,
+        checkpoint=checkpoint,
+        hmac_key=hmac_key,
+        ed25519_public_key=ed25519_public_key,
+    )
