@@ -6,6 +6,9 @@ stated on each public name. The public surface is exactly ``__all__``.
 
 from __future__ import annotations
 
+from flux_system._child import ChildOutput, ChildStatus, ManagedChild
+from flux_system._drain import LineObserver
+from flux_system._env import DEFAULT_ENV_ALLOWLIST
 from flux_system._exceptions import (
     ConfinementError,
     ConfinementReason,
@@ -30,25 +33,38 @@ from flux_system._exceptions import (
     WorkspaceError,
     WorkspaceReason,
 )
+from flux_system._limits import Limits, Privileges
+from flux_system._process import System
+from flux_system._result import DEFAULT_OUTPUT_CAP, RunResult
 
-__all__ = [
+__all__ = [  # noqa: RUF022 - plain sorted(), as tests/test_public_api.py checks
+    "ChildOutput",
+    "ChildStatus",
     "ConfinementError",
     "ConfinementReason",
+    "DEFAULT_ENV_ALLOWLIST",
+    "DEFAULT_OUTPUT_CAP",
     "EgressDeniedError",
     "EgressReason",
     "FluxSystemError",
     "InvalidPathError",
+    "Limits",
+    "LineObserver",
+    "ManagedChild",
     "NotFoundError",
     "PathEscapeError",
     "PortError",
     "PortReason",
+    "Privileges",
     "ProcessError",
     "ProcessReason",
     "ProcessTimeoutError",
     "RefusedError",
+    "RunResult",
     "SandboxReason",
     "SandboxUnavailableError",
     "SpawnError",
+    "System",
     "UnknownOutcomeError",
     "UnreachableError",
     "UnservedError",

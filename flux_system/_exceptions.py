@@ -80,6 +80,9 @@ class WorkspaceReason(enum.Enum):
     CLOSED = "closed"
     NO_SPACE = "no_space"
     IO = "io"  # any other OS error (the errno is kept on the error)
+    BAD_NAME = "bad_name"  # final component is ".", ".." or the root: nothing to act on
+    TOO_DEEP = "too_deep"  # directory nesting over a walk's bound
+    UNSUPPORTED = "unsupported"  # e.g. resolver="openat2" on a kernel without openat2
 
 
 class ConfinementReason(enum.Enum):
@@ -96,6 +99,7 @@ class ConfinementReason(enum.Enum):
     TOO_LONG = "too_long"
     EMPTY = "empty"
     RACE = "race"  # the kernel reported a concurrent rename during resolution (EAGAIN)
+    UNENCODABLE = "unencodable"  # text that the file-system encoding cannot represent
 
 
 class EgressReason(enum.Enum):
@@ -134,6 +138,7 @@ class ProcessReason(enum.Enum):
     STDIN_NOT_CONSUMED = "stdin_not_consumed"
     CANCELLED = "cancelled"
     CLOSED = "closed"
+    INVALID_ARGV = "invalid_argv"  # empty argv, NUL byte in an argument
 
 
 class SandboxReason(enum.Enum):

@@ -1,0 +1,178 @@
+"""Capped draining of a child's output pipes.
+
+Guarantee: a stream keeps being read until EOF whatever the cap, so a child never
+blocks on a full pipe; at most ``cap`` bytes are kept in memory per stream (plus one
+read chunk in flight). Past the cap, without an observer, bytes are moved to
+``/dev/null`` by ``splice(2)`` and never copied into this process.
+Not guaranteed: a line observer sees lines longer than :data:`MAX_LINE` in pieces.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import fcntl
+import os
+import typing
+from collections.abc import Callable
+
+__all__ = ["CHUNK", "MAX_LINE", "Capture", "LineObserver", "Ring", "decode_capped", "grow_pipe"]
+
+LineObserver = Callable[[str, bytes], None]
+"""Called with ``("stdout" | "stderr", line)`` for each line, newline included."""
+
+CHUNK = 1 << 20  # one read: the largest pipe buffer an unprivileged process may set
+MAX_LINE = 1 << 16  # a line longer than this reaches the observer in pieces (memory bound)
+_F_SETPIPE_SZ = 1031
+_devnull_fd: int | None = None
+
+
+def _devnull() -> int:
+    global _devnull_fd  # noqa: PLW0603 - one shared sink for splice
+    if _devnull_fd is None:
+        _devnull_fd = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+    return _devnull_fd
+
+
+def grow_pipe(fd: int) -> None:
+    """Ask for a 1 MiB pipe buffer (fewer wake-ups); best effort, the default works too."""
+    with contextlib.suppress(OSError):
+        fcntl.fcntl(fd, _F_SETPIPE_SZ, CHUNK)
+
+
+def decode_capped(data: bytes, *, truncated: bool, dropped: int) -> str:
+    """Decode UTF-8 with replacement; append the truncation notice after decoding."""
+    text = data.decode("utf-8", errors="replace")
+    if truncated:
+        text += f"\n[flux: output truncated at {len(data)} bytes; {dropped} bytes dropped]\n"
+    return text
+
+
+class _Lines:
+    __slots__ = ("_name", "_observer", "_pending")
+
+    def __init__(self, name: str, observer: LineObserver) -> None:
+        self._name = name
+        self._observer = observer
+        self._pending = b""
+
+    def feed(self, data: bytes) -> None:
+        buf = self._pending + data
+        start = 0
+        while True:
+            nl = buf.find(b"\n", start)
+            if nl < 0 or nl - start >= MAX_LINE:
+                break
+            self._observer(self._name, buf[start : nl + 1])
+            start = nl + 1
+        rest = buf[start:]
+        while len(rest) >= MAX_LINE:
+            self._observer(self._name, rest[:MAX_LINE])
+            rest = rest[MAX_LINE:]
+        self._pending = rest
+
+    def flush(self) -> None:
+        if self._pending:
+            self._observer(self._name, self._pending)
+            self._pending = b""
+
+
+class Capture:
+    """One output stream of a run: the first ``cap`` bytes kept, the rest counted."""
+
+    __slots__ = ("_buf", "_lines", "cap", "dropped")
+
+    def __init__(self, name: str, cap: int, observer: LineObserver | None) -> None:
+        self.cap = cap
+        self._buf = bytearray()
+        self.dropped = 0
+        self._lines = _Lines(name, observer) if observer is not None else None
+
+    @property
+    def data(self) -> bytes:
+        return bytes(self._buf)
+
+    @property
+    def truncated(self) -> bool:
+        return self.dropped > 0
+
+    def accept(self, data: bytes) -> None:
+        room = self.cap - len(self._buf)
+        if room >= len(data):
+            self._buf += data
+        else:
+            if room > 0:
+                self._buf += data[:room]
+            self.dropped += len(data) - max(room, 0)
+        if self._lines is not None:
+            self._lines.feed(data)
+
+    def read_from(self, fd: int) -> bool:
+        """Read what is available on *fd*; return ``False`` at EOF."""
+        try:
+            if len(self._buf) >= self.cap and self._lines is None:
+                n = os.splice(fd, _devnull(), CHUNK)
+                self.dropped += n
+                return n > 0
+            data = os.read(fd, CHUNK)
+        except BlockingIOError:
+            return True
+        if not data:
+            if self._lines is not None:
+                self._lines.flush()
+            return False
+        self.accept(data)
+        return True
+
+
+@typing.final
+class Ring:
+    """A background child's bounded buffer: keeps the newest ``cap`` bytes."""
+
+    __slots__ = ("_chunks", "_lines", "_size", "cap", "dropped")
+
+    def __init__(self, name: str, cap: int, observer: LineObserver | None) -> None:
+        self.cap = cap
+        self._chunks: collections.deque[bytes] = collections.deque()
+        self._size = 0
+        self.dropped = 0
+        self._lines = _Lines(name, observer) if observer is not None else None
+
+    def read_from(self, fd: int) -> bool:
+        """Read what is available on *fd*; return ``False`` at EOF."""
+        try:
+            data = os.read(fd, CHUNK)
+        except BlockingIOError:
+            return True
+        if not data:
+            if self._lines is not None:
+                self._lines.flush()
+            return False
+        if self._lines is not None:
+            self._lines.feed(data)
+        self.accept(data)
+        return True
+
+    def accept(self, data: bytes) -> None:
+        if len(data) > self.cap:
+            self.dropped += len(data) - self.cap
+            data = data[-self.cap :]
+        self._chunks.append(data)
+        self._size += len(data)
+        while self._size > self.cap:
+            head = self._chunks[0]
+            excess = self._size - self.cap
+            if len(head) <= excess:
+                self._chunks.popleft()
+                self._size -= len(head)
+                self.dropped += len(head)
+            else:
+                self._chunks[0] = head[excess:]
+                self._size -= excess
+                self.dropped += excess
+
+    def take(self) -> bytes:
+        out = b"".join(self._chunks)
+        self._chunks.clear()
+        self._size = 0
+        return out

@@ -1,0 +1,171 @@
+"""The child's environment: starts empty, allow-list from the parent, hooks never copied.
+
+Guarantee: a variable reaches the child only if it is on the allow-list (copied from
+the parent) or the caller passed it explicitly; loader and interpreter hooks on
+:data:`DENIED_HOOKS` are never copied from the parent, whatever the allow-list says.
+Not guaranteed: what the caller's explicit ``env`` contains — it is applied last, as
+given (a caller may deliberately hand a child ``PYTHONPATH``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from flux_system._exceptions import ProcessError, ProcessReason, SpawnError
+
+__all__ = ["DEFAULT_ENV_ALLOWLIST", "DENIED_HOOKS", "build_env", "resolve_argv0"]
+
+DEFAULT_ENV_ALLOWLIST: frozenset[str] = frozenset(
+    {
+        "PATH",
+        "HOME",
+        "LANG",
+        "LC_ALL",
+        "LC_CTYPE",
+        "TERM",
+        "TZ",
+        "USER",
+        "LOGNAME",
+        "TMPDIR",
+        # toolchain locations (directories, not hooks)
+        "CARGO_HOME",
+        "RUSTUP_HOME",
+        "GOPATH",
+        "GOROOT",
+        "JAVA_HOME",
+        "VIRTUAL_ENV",
+    }
+)
+"""Variables copied from the parent by default."""
+
+# Loader and interpreter hooks: a variable that makes a program load or run code it
+# was not asked to. Never copied from the parent, even if an allow-list names it.
+DENIED_HOOKS: frozenset[str] = frozenset(
+    {
+        "LD_PRELOAD",
+        "LD_LIBRARY_PATH",
+        "LD_AUDIT",
+        "LD_DEBUG",
+        "LD_DEBUG_OUTPUT",
+        "LD_PROFILE",
+        "LD_ORIGIN_PATH",
+        "LD_BIND_NOW",
+        "GCONV_PATH",
+        "HOSTALIASES",
+        "LOCALDOMAIN",
+        "RES_OPTIONS",
+        "NLSPATH",
+        "MALLOC_CHECK_",
+        "BASH_ENV",
+        "ENV",
+        "SHELLOPTS",
+        "BASHOPTS",
+        "PS4",
+        "PROMPT_COMMAND",
+        "IFS",
+        "CDPATH",
+        "PYTHONSTARTUP",
+        "PYTHONPATH",
+        "PYTHONHOME",
+        "PYTHONINSPECT",
+        "PYTHONUSERBASE",
+        "PYTHONBREAKPOINT",
+        "PERL5LIB",
+        "PERL5OPT",
+        "PERLLIB",
+        "RUBYLIB",
+        "RUBYOPT",
+        "NODE_OPTIONS",
+        "NODE_PATH",
+        "JAVA_TOOL_OPTIONS",
+        "_JAVA_OPTIONS",
+        "JDK_JAVA_OPTIONS",
+        "CLASSPATH",
+        "GIT_SSH",
+        "GIT_SSH_COMMAND",
+        "GIT_EXEC_PATH",
+        "GIT_ASKPASS",
+        "GIT_CONFIG_PARAMETERS",
+        "GIT_CONFIG_GLOBAL",
+        "SSH_ASKPASS",
+        "SSH_AUTH_SOCK",
+        "EDITOR",
+        "VISUAL",
+        "PAGER",
+    }
+)
+_DENIED_PREFIXES = ("LD_", "DYLD_", "GIT_CONFIG_")
+
+# Bound on a child's PATH: entries looked at before argv[0] is declared not found.
+_MAX_PATH_ENTRIES = 256  # a longer PATH is abuse, not configuration
+
+
+def _is_hook(name: str) -> bool:
+    return name in DENIED_HOOKS or name.startswith(_DENIED_PREFIXES)
+
+
+def _check_pair(key: object, value: object) -> tuple[str, str]:
+    if not isinstance(key, str) or not isinstance(value, str):
+        raise TypeError("env must map str to str")
+    if not key or "=" in key or "\0" in key or "\0" in value:
+        raise ProcessError(
+            "env: invalid variable name or value", op="run", reason=ProcessReason.SPAWN_FAILED
+        )
+    return key, value
+
+
+def build_env(
+    allowlist: frozenset[str],
+    caller_env: Mapping[str, str] | None,
+    parent_env: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """Return the child's environment: empty, plus the allow-list, plus *caller_env* last."""
+    parent = os.environ if parent_env is None else parent_env
+    env: dict[str, str] = {}
+    for name in allowlist:
+        if _is_hook(name):
+            continue
+        value = parent.get(name)
+        if value is not None and "\0" not in value:
+            env[name] = value
+    if caller_env is not None:
+        if not isinstance(caller_env, Mapping):
+            raise TypeError("env must be a mapping of str to str")
+        for key, value in caller_env.items():
+            k, v = _check_pair(key, value)
+            env[k] = v
+    return env
+
+
+def resolve_argv0(argv0: str, env: Mapping[str, str]) -> str:
+    """Resolve *argv0* against the child's ``PATH`` (absolute entries only).
+
+    A name containing ``/`` is returned as given (exec resolves it against the child's
+    pinned cwd). Relative ``PATH`` entries (empty, ``.``) are skipped: the child's cwd
+    is never searched implicitly.
+
+    Raises:
+        SpawnError: ``NOT_FOUND`` when no absolute PATH entry has an executable file.
+    """
+    if "/" in argv0:
+        return argv0
+    path = env.get("PATH", os.defpath)
+    for index, entry in enumerate(path.split(os.pathsep)):
+        if index >= _MAX_PATH_ENTRIES:
+            break
+        if not entry.startswith("/"):
+            continue
+        candidate = os.path.join(entry, argv0)
+        try:
+            st = os.stat(candidate)
+        except (OSError, ValueError):
+            continue
+        if (st.st_mode & 0o170000) == 0o100000 and os.access(candidate, os.X_OK):
+            return candidate
+    raise SpawnError(
+        "argv[0] not found on the child's PATH",
+        op="run",
+        target=argv0,
+        reason=ProcessReason.NOT_FOUND,
+    )

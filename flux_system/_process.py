@@ -1,0 +1,359 @@
+"""``System``: argv-only process execution beneath a workspace (DESIGN §2.3)."""
+
+from __future__ import annotations
+
+import atexit
+import math
+import threading
+import time
+import typing
+import weakref
+from collections.abc import Mapping, Sequence
+
+from flux_system._child import ManagedChild
+from flux_system._drain import Capture, LineObserver
+from flux_system._env import DEFAULT_ENV_ALLOWLIST
+from flux_system._exceptions import (
+    ProcessError,
+    ProcessReason,
+    ProcessTimeoutError,
+    SandboxReason,
+    SandboxUnavailableError,
+    SpawnError,
+)
+from flux_system._limits import Limits, Privileges
+from flux_system._result import DEFAULT_OUTPUT_CAP, RunResult
+from flux_system._run import Session, drive_async, drive_sync
+from flux_system._spawn import DirAuthority, Spawned, SpawnSpec, _build_spawn, check_argv
+
+__all__ = ["System"]
+
+_systems: weakref.WeakSet[System] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:  # interpreter exit: no child outlives it
+    for system in list(_systems):
+        system.close()
+
+
+def _check_timeout(timeout: float | None) -> float | None:
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError("timeout must be a number of seconds or None")
+    if not math.isfinite(timeout) or timeout <= 0:
+        raise ValueError("timeout must be a positive finite number")
+    return float(timeout)
+
+
+def _check_stdin(stdin: bytes | None) -> bytes | None:
+    if stdin is None or isinstance(stdin, bytes):
+        return stdin
+    if isinstance(stdin, (bytearray, memoryview)):
+        return bytes(stdin)
+    raise TypeError("stdin must be bytes or None")
+
+
+@typing.final
+class System:
+    """Runs argv-only children with their cwd pinned beneath a workspace.
+
+    Guarantee: no shell; an environment built from an allow-list (hooks never copied);
+    only fds 0/1/2 reach the child; output capped per stream while drained to EOF;
+    each child in its own process group and, where the host allows, its own pids
+    cgroup; on exit, timeout, cancellation, ``kill()``, ``close()``, interpreter exit
+    or ``KeyboardInterrupt`` its whole tree is killed and reaped.
+    Not guaranteed: confinement of what the child does — with ``sandbox=None`` it runs
+    with this process's authority (DESIGN §2.5 adds the sandbox).
+
+    Args:
+        ws: the workspace whose root pins every child's cwd.
+        sandbox: must be ``None`` for now; anything else fails closed.
+        env_allowlist: variable names copied from this process's environment.
+        output_cap: bytes kept per stream of a ``run`` (default 1 MiB).
+        max_children: cap on children running at once (``None``: no cap).
+        privileges: no_new_privs / uid-gid drop / umask for every child.
+
+    Raises:
+        SandboxUnavailableError: a sandbox was asked for.
+    """
+
+    def __init__(
+        self,
+        ws: DirAuthority,
+        *,
+        sandbox: object | None = None,
+        env_allowlist: frozenset[str] | Sequence[str] = DEFAULT_ENV_ALLOWLIST,
+        output_cap: int = DEFAULT_OUTPUT_CAP,
+        max_children: int | None = None,
+        privileges: Privileges | None = None,
+    ) -> None:
+        if sandbox is not None:
+            raise SandboxUnavailableError(
+                "no sandbox backend is wired into System yet",
+                op="System",
+                layer="sandbox",
+                reason=SandboxReason.MISSING_BACKEND,
+            )
+        if not callable(getattr(ws, "_open_dir_fd", None)):
+            raise TypeError("ws must be a Workspace")
+        if isinstance(env_allowlist, str) or not all(isinstance(n, str) for n in env_allowlist):
+            raise TypeError("env_allowlist must be a collection of str")
+        if isinstance(output_cap, bool) or not isinstance(output_cap, int) or output_cap < 0:
+            raise ValueError("output_cap must be a non-negative int")
+        if max_children is not None and (not isinstance(max_children, int) or max_children < 1):
+            raise ValueError("max_children must be a positive int or None")
+        if privileges is not None and not isinstance(privileges, Privileges):
+            raise TypeError("privileges must be a Privileges")
+        self._ws = ws
+        self._allowlist = frozenset(env_allowlist)
+        self._cap = output_cap
+        self._max = max_children
+        self._priv = privileges or Privileges()
+        self._lock = threading.Lock()
+        self._live: dict[int, Session] = {}
+        self._children: set[ManagedChild] = set()
+        self._slots = 0
+        self._closed = False
+        _systems.add(self)
+
+    # -- admission -------------------------------------------------------------------
+
+    def _start(
+        self,
+        argv: object,
+        env: Mapping[str, str] | None,
+        stdin: bytes | None,
+        cwd: str,
+        limits: Limits | None,
+    ) -> Spawned:
+        items = check_argv(argv)
+        if limits is not None and not isinstance(limits, Limits):
+            raise TypeError("limits must be a Limits or None")
+        if not isinstance(cwd, str):
+            raise TypeError("cwd must be a str")
+        with self._lock:
+            if self._closed:
+                raise ProcessError("System is closed", op="run", reason=ProcessReason.CLOSED)
+            if self._max is not None and self._slots >= self._max:
+                raise SpawnError(
+                    "too many children running",
+                    op="run",
+                    target=items[0],
+                    reason=ProcessReason.TOO_MANY_CHILDREN,
+                )
+            self._slots += 1
+        spec = SpawnSpec(items, env, self._allowlist, cwd, stdin is not None, limits, self._priv)
+        try:
+            return _build_spawn(spec, self._ws)
+        except BaseException:
+            self._release()
+            raise
+
+    def _release(self) -> None:
+        with self._lock:
+            self._slots -= 1
+
+    def _child_done(self, child: ManagedChild) -> None:
+        with self._lock:
+            self._children.discard(child)
+        self._release()
+
+    # -- run / arun ----------------------------------------------------------------------
+
+    def _result(self, sess: Session, out: Capture, err: Capture, code: int, t0: float) -> RunResult:
+        if code == 0 and sess.stdin_left:
+            raise ProcessError(
+                "the child exited 0 without reading all of its stdin",
+                op="run",
+                target=sess.sp.target,
+                reason=ProcessReason.STDIN_NOT_CONSUMED,
+            )
+        return RunResult(
+            exit_code=code,
+            stdout=out.data,
+            stderr=err.data,
+            stdout_truncated=out.truncated,
+            stderr_truncated=err.truncated,
+            duration_s=time.monotonic() - t0,
+            signal=-code if code < 0 else None,
+            stdout_dropped=out.dropped,
+            stderr_dropped=err.dropped,
+            tree_contained=sess.sp.tree.contained,
+        )
+
+    def _timeout_error(self, sess: Session, out: Capture, err: Capture, timeout: float) -> None:
+        raise ProcessTimeoutError(
+            f"timed out after {timeout} s",
+            op="run",
+            target=sess.sp.target,
+            timeout=timeout,
+            stdout=out.data,
+            stderr=err.data,
+        )
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        stdin: bytes | None = None,
+        timeout: float | None = 60.0,
+        cwd: str = ".",
+        limits: Limits | None = None,
+        observer: LineObserver | None = None,
+    ) -> RunResult:
+        """Run *argv* to completion with its cwd pinned at *cwd* beneath the workspace.
+
+        Guarantee: when this returns or raises (``KeyboardInterrupt`` included), no
+        process of the child's tree is left running. A non-zero exit is a result.
+
+        Args:
+            argv: non-empty sequence of str; ``argv[0]`` is resolved on the child's PATH.
+            env: applied last over the allow-listed environment.
+            stdin: bytes fed to the child (any size); ``None`` gives it ``/dev/null``.
+            timeout: wall-time limit in seconds (``None``: none).
+            cwd: workspace-relative directory.
+            limits: resource limits applied in the child before exec.
+            observer: called with ``(stream, line)`` for every output line, live.
+
+        Raises:
+            TypeError: argv is a str, or a wrong type elsewhere.
+            SpawnError: not found, not executable, bad cwd, limit unenforceable, cap.
+            ProcessTimeoutError: the timeout expired (carries the captured output).
+            ProcessError: ``STDIN_NOT_CONSUMED`` (exit 0, stdin left unread), ``CLOSED``.
+            ConfinementError, WorkspaceError: the cwd was refused by the workspace.
+        """
+        timeout = _check_timeout(timeout)
+        data = _check_stdin(stdin)
+        t0 = time.monotonic()
+        sp = self._start(argv, env, data, cwd, limits)
+        out = Capture("stdout", self._cap, observer)
+        err = Capture("stderr", self._cap, observer)
+        sess = Session(sp, data, out, err)
+        key = id(sess)
+        with self._lock:
+            self._live[key] = sess
+        try:
+            deadline = None if timeout is None else t0 + timeout
+            finished = drive_sync(sess, deadline)
+            if not finished:
+                sess.kill()
+                sess.drain_after_kill()
+            code = sess.finish()
+        except BaseException:
+            sess.kill()
+            sess.finish()
+            raise
+        finally:
+            with self._lock:
+                self._live.pop(key, None)
+            self._release()
+        if not finished:
+            assert timeout is not None
+            self._timeout_error(sess, out, err, timeout)
+        return self._result(sess, out, err, code, t0)
+
+    async def arun(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        stdin: bytes | None = None,
+        timeout: float | None = 60.0,
+        cwd: str = ".",
+        limits: Limits | None = None,
+        observer: LineObserver | None = None,
+    ) -> RunResult:
+        """As :meth:`run`, on the running asyncio loop.
+
+        Guarantee: when the awaiting task is cancelled, the tree is killed and reaped
+        before ``CancelledError`` propagates.
+        """
+        timeout = _check_timeout(timeout)
+        data = _check_stdin(stdin)
+        t0 = time.monotonic()
+        sp = self._start(argv, env, data, cwd, limits)
+        out = Capture("stdout", self._cap, observer)
+        err = Capture("stderr", self._cap, observer)
+        sess = Session(sp, data, out, err)
+        key = id(sess)
+        with self._lock:
+            self._live[key] = sess
+        try:
+            finished = await drive_async(sess, timeout)
+            if not finished:
+                sess.kill()
+                sess.drain_after_kill()
+            code = sess.finish()
+        except BaseException:
+            sess.kill()
+            sess.finish()
+            raise
+        finally:
+            with self._lock:
+                self._live.pop(key, None)
+            self._release()
+        if not finished:
+            assert timeout is not None
+            self._timeout_error(sess, out, err, timeout)
+        return self._result(sess, out, err, code, t0)
+
+    # -- background ----------------------------------------------------------------------
+
+    def spawn(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        stdin: bytes | None = None,
+        timeout: float | None = None,
+        cwd: str = ".",
+        limits: Limits | None = None,
+        observer: LineObserver | None = None,
+        buffer_cap: int = DEFAULT_OUTPUT_CAP,
+    ) -> ManagedChild:
+        """Start *argv* in the background and return its :class:`ManagedChild`.
+
+        Guarantee: as :meth:`run`; the tree is killed and reaped when the child
+        exits, on ``kill()``, on *timeout* and when this ``System`` closes.
+        Raises: as :meth:`run` (except ``ProcessTimeoutError``: see ``status()``).
+        """
+        timeout = _check_timeout(timeout)
+        data = _check_stdin(stdin)
+        if isinstance(buffer_cap, bool) or not isinstance(buffer_cap, int) or buffer_cap < 1:
+            raise ValueError("buffer_cap must be a positive int")
+        sp = self._start(argv, env, data, cwd, limits)
+        with self._lock:
+            child = ManagedChild(
+                sp,
+                stdin=data,
+                buffer_cap=buffer_cap,
+                observer=observer,
+                timeout=timeout,
+                on_done=self._child_done,
+            )
+            self._children.add(child)
+        return child
+
+    # -- lifetime ------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Kill every child still running (and its tree) and refuse new ones. Idempotent."""
+        with self._lock:
+            self._closed = True
+            sessions = list(self._live.values())
+            children = list(self._children)
+        for sess in sessions:
+            sess.sp.tree.kill(sess.sp.pid)
+        for child in children:
+            child.kill()
+        for child in children:
+            child.join()
+
+    def __enter__(self) -> System:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,213 @@
+"""The one private builder that creates processes (DESIGN §2.3; enforced by a test).
+
+Every mode goes through :func:`_build_spawn`. The default path runs no Python code
+between fork and exec (CPython then uses ``vfork``): the cwd is pinned by ``chdir``
+into ``/proc/self/fd/N`` of a directory fd opened beneath the workspace root (the child
+chdirs before it closes inherited fds), the process group, umask and uid/gid drop are
+done by ``_posixsubprocess`` itself. Only rlimits and ``no_new_privs`` need a
+``preexec_fn``, paid when asked.
+
+Guarantee: the child gets only fds 0/1/2 (``close_fds``), an environment built by
+:func:`flux_system._env.build_env`, its own process group and (when the host allows)
+its own pids cgroup; an error leaves no process and no fd behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import subprocess
+import typing
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from flux_system._drain import grow_pipe
+from flux_system._env import build_env, resolve_argv0
+from flux_system._exceptions import ProcessError, ProcessReason, SpawnError
+from flux_system._limits import Limits, Privileges, make_preexec
+from flux_system._reap import Tree, ensure_subreaper
+
+__all__ = ["DirAuthority", "Spawned", "_build_spawn", "check_argv"]
+
+
+class DirAuthority(typing.Protocol):
+    """What the builder needs from a workspace: a directory fd opened beneath its root."""
+
+    def _open_dir_fd(self, path: str = ".") -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class SpawnSpec:
+    argv: tuple[str, ...]
+    env: Mapping[str, str] | None
+    allowlist: frozenset[str]
+    cwd: str
+    with_stdin: bool
+    limits: Limits | None
+    privileges: Privileges
+
+
+@typing.final
+@dataclass(slots=True)
+class Spawned:
+    """A started child: its Popen (for reaping), pidfd, tree and our pipe ends."""
+
+    popen: subprocess.Popen[bytes]
+    pidfd: int
+    tree: Tree
+    stdin_fd: int | None
+    stdout_fd: int
+    stderr_fd: int
+    target: str
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def close_fds(self) -> None:
+        for fd in (self.stdin_fd, self.stdout_fd, self.stderr_fd, self.pidfd):
+            if fd is not None and fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self.stdin_fd = None
+        self.stdout_fd = self.stderr_fd = self.pidfd = -1
+
+
+def check_argv(argv: object) -> tuple[str, ...]:
+    """Validate *argv* at the public boundary: a non-empty sequence of ``str``."""
+    if isinstance(argv, (str, bytes, bytearray)):
+        raise TypeError(f"argv must be a sequence of str, not {type(argv).__name__}")
+    if not isinstance(argv, Sequence):
+        raise TypeError(f"argv must be a sequence of str, not {type(argv).__name__}")
+    items = tuple(argv)
+    if not all(isinstance(a, str) for a in items):
+        raise TypeError("argv must be a sequence of str")
+    if not items or not items[0]:
+        raise SpawnError("argv is empty", op="run", reason=ProcessReason.INVALID_ARGV)
+    if any("\0" in a for a in items):
+        raise SpawnError(
+            "argv contains a NUL byte", op="run", target=None, reason=ProcessReason.INVALID_ARGV
+        )
+    return items
+
+
+def _translate(exc: BaseException, target: str, cwd_link: str) -> ProcessError:
+    if isinstance(exc, OSError):
+        if exc.filename == cwd_link:
+            reason = ProcessReason.BAD_CWD
+        elif exc.errno == errno.ENOENT:
+            reason = ProcessReason.NOT_FOUND
+        elif exc.errno in (errno.EACCES, errno.ENOEXEC, errno.EISDIR):
+            reason = ProcessReason.NOT_EXECUTABLE
+        else:
+            reason = ProcessReason.SPAWN_FAILED
+        return SpawnError(f"spawn failed: {exc.strerror}", op="run", target=target, reason=reason)
+    # Only the preexec_fn raises in the child, and it only applies limits.
+    return SpawnError(
+        "a requested limit could not be applied in the child",
+        op="run",
+        target=target,
+        reason=ProcessReason.LIMIT_UNENFORCEABLE,
+    )
+
+
+_SPAWN_FAILED = ProcessReason.SPAWN_FAILED
+
+
+def _build_spawn(spec: SpawnSpec, ws: DirAuthority) -> Spawned:
+    """Create the child described by *spec*, with its cwd pinned beneath *ws*.
+
+    Raises:
+        SpawnError: not found, not executable, bad cwd, limit unenforceable, other.
+        ConfinementError, WorkspaceError: the cwd was refused by the workspace.
+    """
+    target = spec.argv[0]
+    env = build_env(spec.allowlist, spec.env)
+    executable = resolve_argv0(target, env)
+    limits = spec.limits
+    priv = spec.privileges
+    child_uid = priv.uid if priv.uid is not None else os.geteuid()
+    nproc = limits.nproc if limits is not None else None
+    ensure_subreaper()
+    tree = Tree(nproc=nproc, want_cgroup=True)
+    if nproc is not None and child_uid == 0 and not tree.contained:
+        tree.close()
+        raise SpawnError(
+            "a process limit cannot be enforced for a root child without a pids cgroup",
+            op="run",
+            target=target,
+            reason=ProcessReason.LIMIT_UNENFORCEABLE,
+        )
+    preexec = make_preexec(
+        limits.rlimits() if limits is not None else (), no_new_privs=priv.no_new_privs
+    )
+    ours: list[int] = []
+    theirs: list[int] = []
+    cwd_fd = -1
+    try:
+        cwd_fd = ws._open_dir_fd(spec.cwd)
+        cwd_link = f"/proc/self/fd/{cwd_fd}"
+        if spec.with_stdin:
+            r, w = os.pipe2(os.O_CLOEXEC)
+            theirs.append(r)
+            ours.append(w)
+        out_r, out_w = os.pipe2(os.O_CLOEXEC)
+        ours.append(out_r)
+        theirs.append(out_w)
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        ours.append(err_r)
+        theirs.append(err_w)
+        grow_pipe(out_r)
+        grow_pipe(err_r)
+        try:
+            with tree.entered():
+                popen = subprocess.Popen(
+                    spec.argv,
+                    executable=executable,
+                    stdin=theirs[0] if spec.with_stdin else subprocess.DEVNULL,
+                    stdout=out_w,
+                    stderr=err_w,
+                    cwd=cwd_link,
+                    env=env,
+                    close_fds=True,
+                    process_group=0,
+                    umask=priv.umask if priv.umask is not None else -1,
+                    user=priv.uid,
+                    group=priv.gid,
+                    extra_groups=[] if priv.uid is not None or priv.gid is not None else None,
+                    preexec_fn=preexec,  # noqa: PLW1509 - only for limits; no locks taken
+                )
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise _translate(exc, target, cwd_link) from exc
+        tree.pgid = popen.pid
+        try:
+            pidfd = os.pidfd_open(popen.pid)
+        except OSError as exc:  # pragma: no cover - pidfd_open on a just-forked child
+            tree.kill(popen.pid)
+            popen.wait()
+            tree.close()
+            raise SpawnError(
+                "pidfd_open failed", op="run", target=target, reason=_SPAWN_FAILED
+            ) from exc
+    except BaseException:
+        for fd in ours:
+            os.close(fd)
+        tree.close()
+        raise
+    finally:
+        for fd in theirs:
+            os.close(fd)
+        if cwd_fd >= 0:
+            os.close(cwd_fd)
+    for fd in ours:
+        os.set_blocking(fd, False)
+    return Spawned(
+        popen=popen,
+        pidfd=pidfd,
+        tree=tree,
+        stdin_fd=ours[0] if spec.with_stdin else None,
+        stdout_fd=out_r,
+        stderr_fd=err_r,
+        target=target,
+    )
