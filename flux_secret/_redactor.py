@@ -1,0 +1,318 @@
+"""The redactor: a registry of secrets and the masking of str, bytes and structures."""
+
+from __future__ import annotations
+
+import re
+import threading
+import typing
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from flux_secret._detect import Detector, detect
+from flux_secret._exceptions import RegistrationError, RegistrationReason
+from flux_secret._matcher import Interval, Matcher, merge, snap_out
+from flux_secret._report import RedactionReport, _Tally
+from flux_secret._value import SecretValue
+from flux_secret._variants import variants
+
+if typing.TYPE_CHECKING:
+    from flux_secret._logging import RedactingFilter
+    from flux_secret._stream import StreamRedactor
+    from flux_secret._structures import RedactedException
+
+__all__ = ["Redactor"]
+
+_DEFAULT_MIN_LENGTH = 8  # bytes: shorter values over-mask and make masking an oracle
+_MIN_LENGTH_FLOOR = 6  # no setting may go below this
+_MAX_SECRET_BYTES = 64 << 10  # a longer value would make a stream hold back too much
+_MAX_SECRETS = 100_000  # registered values: bounds automaton size and rebuild time
+_NAME_OK = re.compile(r"[^\x00-\x1f\x7f]{1,128}")
+
+
+@typing.final
+@dataclass(frozen=True, slots=True)
+class _Snapshot:
+    version: int
+    matcher: Matcher
+    detectors: tuple[Detector, ...]
+
+    @property
+    def hold_back(self) -> int:
+        """Bytes a stream must keep to decide every match (detectors included)."""
+        det = max((d.max_length for d in self.detectors), default=0)
+        return max(self.matcher.longest - 1, det)
+
+
+@typing.final
+class Redactor:
+    """Masks registered secrets (and their encoded forms) in text, bytes and structures.
+
+    Guarantee: after :meth:`register` returns, every redaction that starts masks every
+    occurrence of the value in every form of :func:`variants` — raw; base64 standard
+    and URL-safe, padded or not, at any byte offset inside a longer blob; URL-encoded;
+    JSON-escaped; hex; each long-enough line of a multi-line value. The union of every
+    occurrence of every secret is masked: overlapping and adjacent occurrences become
+    one marker, so no occurrence can hide the tail of another. Registration is
+    thread-safe while other threads redact; the input is never modified.
+
+    Not guaranteed: a value shorter than the minimum length is refused, not masked; a
+    secret transformed in a way not listed (re-encoded twice, split and encoded in two
+    parts, case-folded) is not found; detection of unregistered secrets
+    (*detectors*) is heuristic.
+
+    Args:
+        min_length: minimum value length in bytes (default 8, never below 6).
+        marker: the replacement text, ``[redacted]`` by default.
+        named_marker: a template containing ``{names}``, e.g. ``[redacted:{names}]``,
+            to name the masked secrets (comma-separated) instead of *marker*.
+        detectors: detection layers for unregistered secrets, e.g.
+            :data:`DEFAULT_DETECTORS`; none by default.
+
+    Raises:
+        RegistrationError: a setting is out of range (``MIN_LENGTH``, ``BAD_SETTING``).
+    """
+
+    def __init__(
+        self,
+        *,
+        min_length: int = _DEFAULT_MIN_LENGTH,
+        marker: str = "[redacted]",
+        named_marker: str | None = None,
+        detectors: Sequence[Detector] = (),
+    ) -> None:
+        if not isinstance(min_length, int) or min_length < _MIN_LENGTH_FLOOR:
+            raise RegistrationError(
+                "min_length below the floor of 6 bytes", reason=RegistrationReason.MIN_LENGTH
+            )
+        if not isinstance(marker, str) or not marker:
+            raise RegistrationError(
+                "marker must be a non-empty str", reason=RegistrationReason.BAD_SETTING
+            )
+        if named_marker is not None and (
+            not isinstance(named_marker, str) or "{names}" not in named_marker
+        ):
+            raise RegistrationError(
+                "named_marker must contain {names}", reason=RegistrationReason.BAD_SETTING
+            )
+        if not all(isinstance(d, Detector) for d in detectors):
+            raise TypeError("detectors must be a sequence of Detector")
+        self._min_length = min_length
+        self._marker = marker.encode("utf-8", "surrogatepass")
+        self._named_marker = named_marker
+        self._detectors = tuple(detectors)
+        self._lock = threading.Lock()
+        self._entries: dict[str, list[tuple[bytes, list[bytes]]]] = {}
+        self._count = 0
+        self._serial = 0
+        self._version = 0
+        self._snap = _Snapshot(0, Matcher([], []), self._detectors)
+        self._tally = _Tally()
+
+    @property
+    def min_length(self) -> int:
+        """The minimum length, in bytes, of a registered value."""
+        return self._min_length
+
+    def names(self) -> list[str]:
+        """The names of the registered secrets, sorted."""
+        with self._lock:
+            return sorted(self._entries)
+
+    def register(self, value: str | bytes | SecretValue, name: str | None = None) -> str:
+        """Register *value* (under *name*, or a generated ``secret-N``); return the name.
+
+        Registering another value under an existing name adds it (both are masked).
+
+        Raises:
+            TypeError: *value* or *name* has the wrong type.
+            RegistrationError: ``TOO_SHORT``, ``TOO_LONG``, ``BAD_NAME``,
+                ``NAME_CONTAINS_SECRET`` or ``TOO_MANY`` — never quoting the value.
+        """
+        if isinstance(value, SecretValue):
+            name = value.name if name is None else name
+            value = value.expose_secret()
+        if isinstance(value, str):
+            raw = value.encode("utf-8", "surrogatepass")
+        elif isinstance(value, bytes):
+            raw = value
+        else:
+            raise TypeError(f"value must be str, bytes or SecretValue, not {type(value).__name__}")
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"name must be str or None, not {type(name).__name__}")
+        if len(raw) < self._min_length:
+            raise RegistrationError(
+                "secret shorter than the minimum length",
+                reason=RegistrationReason.TOO_SHORT,
+                name=name,
+            )
+        if len(raw) > _MAX_SECRET_BYTES:
+            raise RegistrationError(
+                "secret longer than the maximum length",
+                reason=RegistrationReason.TOO_LONG,
+                name=name,
+            )
+        if name is not None:
+            if not _NAME_OK.fullmatch(name):
+                raise RegistrationError("malformed secret name", reason=RegistrationReason.BAD_NAME)
+            if raw in name.encode("utf-8", "surrogatepass"):
+                raise RegistrationError(
+                    "secret name contains the secret",
+                    reason=RegistrationReason.NAME_CONTAINS_SECRET,
+                )
+        forms = variants(raw, min_length=self._min_length)
+        with self._lock:
+            if self._count >= _MAX_SECRETS:
+                raise RegistrationError(
+                    "too many secrets", reason=RegistrationReason.TOO_MANY, name=name
+                )
+            if name is None:
+                self._serial += 1
+                name = f"secret-{self._serial}"
+                while name in self._entries:
+                    self._serial += 1
+                    name = f"secret-{self._serial}"
+            self._entries.setdefault(name, []).append((raw, forms))
+            self._count += 1
+            self._version += 1
+        return name
+
+    def unregister(self, name: str) -> None:
+        """Forget every value registered under *name*.
+
+        Raises:
+            RegistrationError: ``UNKNOWN_NAME``.
+        """
+        with self._lock:
+            removed = self._entries.pop(name, None)
+            if removed is None:
+                raise RegistrationError(
+                    "no secret of that name", reason=RegistrationReason.UNKNOWN_NAME, name=name
+                )
+            self._count -= len(removed)
+            self._version += 1
+
+    def rotate(
+        self, name: str, value: str | bytes | SecretValue, *, keep_old: bool = False
+    ) -> None:
+        """Register *value* under *name*, then (unless *keep_old*) forget the older values.
+
+        The new value is registered before the old ones are dropped, so there is no
+        moment at which neither is masked.
+
+        Raises:
+            RegistrationError: as :meth:`register`, or ``UNKNOWN_NAME``.
+        """
+        with self._lock:
+            if name not in self._entries:
+                raise RegistrationError(
+                    "no secret of that name", reason=RegistrationReason.UNKNOWN_NAME, name=name
+                )
+            before = len(self._entries[name])
+        self.register(value, name)
+        if not keep_old:
+            with self._lock:
+                entries = self._entries.get(name, [])
+                dropped = entries[:before]
+                self._entries[name] = entries[before:]
+                self._count -= len(dropped)
+                self._version += 1
+
+    def _snapshot(self) -> _Snapshot:
+        snap = self._snap
+        if snap.version == self._version:
+            return snap
+        with self._lock:
+            if self._snap.version != self._version:
+                owners: dict[bytes, set[str]] = {}
+                for name, entries in self._entries.items():
+                    for _raw, forms in entries:
+                        for form in forms:
+                            owners.setdefault(form, set()).add(name)
+                patterns = list(owners)
+                matcher = Matcher(patterns, [tuple(sorted(owners[p])) for p in patterns])
+                self._snap = _Snapshot(self._version, matcher, self._detectors)
+            return self._snap
+
+    def _marker_for(self, names: tuple[str, ...]) -> bytes:
+        if self._named_marker is None:
+            return self._marker
+        text = self._named_marker.replace("{names}", ",".join(names))
+        return text.encode("utf-8", "surrogatepass")
+
+    def _intervals(self, snap: _Snapshot, data: bytes, *, text: bool) -> list[Interval]:
+        found = snap.matcher.find(data)
+        if snap.detectors:
+            found += detect(snap.detectors, data, 0, [0] * len(snap.detectors), final=True)
+        if text and found:
+            found = [snap_out(data, iv) for iv in found]
+        return merge(found) if found else found
+
+    def _mask(self, data: bytes, *, text: bool) -> bytes | None:
+        snap = self._snapshot()
+        merged = self._intervals(snap, data, text=text)
+        if not merged:
+            return None
+        pieces: list[bytes] = []
+        pos = 0
+        for s, e, names in merged:
+            pieces.append(data[pos:s])
+            pieces.append(self._marker_for(names))
+            pos = e
+        pieces.append(data[pos:])
+        self._tally.add(names for _, _, names in merged)
+        return b"".join(pieces)
+
+    def redact(self, text: str) -> str:
+        """Return *text* with every registered secret (and detection) masked.
+
+        Raises:
+            TypeError: *text* is not a str.
+        """
+        if not isinstance(text, str):
+            raise TypeError(f"text must be str, not {type(text).__name__}")
+        # Only non-ASCII text needs widening of matches to character boundaries.
+        out = self._mask(text.encode("utf-8", "surrogatepass"), text=not text.isascii())
+        return text if out is None else out.decode("utf-8", "surrogatepass")
+
+    def redact_bytes(self, data: bytes | bytearray | memoryview) -> bytes:
+        """Return *data* with every registered secret (and detection) masked.
+
+        Raises:
+            TypeError: *data* is not bytes-like.
+        """
+        if not isinstance(data, bytes | bytearray | memoryview):
+            raise TypeError(f"data must be bytes, not {type(data).__name__}")
+        raw = bytes(data)
+        out = self._mask(raw, text=False)
+        return raw if out is None else out
+
+    def redact_obj(self, obj: object) -> object:
+        """Return a copy of a nested structure with keys and values redacted.
+
+        See :func:`flux_secret._structures.redact_obj` for the guarantee.
+        """
+        from flux_secret._structures import redact_obj
+
+        return redact_obj(self, obj)
+
+    def redact_exception(self, exc: BaseException) -> RedactedException:
+        """Return a :class:`RedactedException` standing for *exc*, everything redacted."""
+        from flux_secret._structures import redact_exception
+
+        return redact_exception(self, exc)
+
+    def stream(self) -> StreamRedactor:
+        """A new :class:`StreamRedactor` over this registry."""
+        from flux_secret._stream import StreamRedactor
+
+        return StreamRedactor(self)
+
+    def logging_filter(self) -> RedactingFilter:
+        """A new :class:`RedactingFilter` over this registry."""
+        from flux_secret._logging import RedactingFilter
+
+        return RedactingFilter(self)
+
+    def report(self) -> RedactionReport:
+        """Counts of masked regions per name since this redactor was created."""
+        return self._tally.report()

@@ -1,0 +1,158 @@
+"""Streaming redaction: chunks in, redacted chunks out, never split around a secret."""
+
+from __future__ import annotations
+
+import typing
+
+from flux_secret._detect import LOOKBEHIND, detect
+from flux_secret._exceptions import RedactionError, RedactionReason
+from flux_secret._matcher import Interval, merge, snap_back, snap_out
+from flux_secret._report import RedactionReport, _Tally
+
+if typing.TYPE_CHECKING:
+    from flux_secret._redactor import Redactor
+
+__all__ = ["StreamRedactor"]
+
+_UTF8_TAIL = 3  # a cut moved back to a character start moves at most this far
+
+
+@typing.final
+class StreamRedactor:
+    """Redact a stream chunk by chunk with the registry of a :class:`Redactor`.
+
+    ``feed(chunk)`` returns the redacted output that is already decided; ``flush()``
+    returns the rest and closes the stream. The first chunk fixes the mode: ``str``
+    chunks give ``str`` output, ``bytes`` chunks give ``bytes``.
+
+    Guarantee: for any chunking, the concatenation of every ``feed`` result and
+    ``flush()`` equals whole-text redaction of the concatenated input (same markers,
+    same report) with an unchanged registry. Output never contains a cut inside a
+    match: a secret split across chunks is masked. Raw input not yet emitted is at
+    most ``longest pattern - 1`` bytes (in ``str`` mode plus up to 3 to stay on a
+    character boundary; with detectors, at most the longest detector's
+    ``max_length``); a masked region still being extended is kept as a position and
+    its names, never as bytes, so memory stays bounded whatever the input.
+
+    Not guaranteed: a secret registered after part of it was already emitted cannot
+    be recalled (register before output can contain it — :class:`SecretResolver`
+    does); bytes held back are not emitted before ``flush()``. Not thread-safe: one
+    stream belongs to one reader.
+    """
+
+    def __init__(self, redactor: Redactor) -> None:
+        self._redactor = redactor
+        self._text: bool | None = None
+        self._buf = b""
+        self._base = 0  # absolute offset of _buf[0]
+        self._out = 0  # absolute offset up to which input is emitted or masked
+        self._open: Interval | None = None  # a masked region that may still grow
+        self._pending: list[Interval] = []  # accepted detector spans not yet emitted
+        self._positions: list[int] = []  # per detector: absolute resume offset
+        self._closed = False
+        self._tally = _Tally()
+
+    def feed(self, chunk: str | bytes) -> str | bytes:
+        """Add *chunk*; return the output decided so far (possibly empty).
+
+        Raises:
+            RedactionError: ``CLOSED`` after :meth:`flush`, ``MIXED_TYPES`` when the
+                chunk type differs from the first chunk's.
+            TypeError: *chunk* is neither str nor bytes.
+        """
+        data = self._accept(chunk)
+        self._buf += data
+        return self._advance(final=False)
+
+    def flush(self) -> str | bytes:
+        """Return the rest of the output and close the stream.
+
+        Raises:
+            RedactionError: ``CLOSED`` when already flushed.
+        """
+        if self._closed:
+            raise RedactionError("stream already flushed", reason=RedactionReason.CLOSED)
+        out = self._advance(final=True)
+        self._closed = True
+        self._buf = b""
+        return out
+
+    def report(self) -> RedactionReport:
+        """Counts of masked regions per name emitted by this stream so far."""
+        return self._tally.report()
+
+    @property
+    def held_back(self) -> int:
+        """Raw input bytes received but neither emitted nor known to be masked."""
+        return self._base + len(self._buf) - self._out
+
+    def _accept(self, chunk: str | bytes) -> bytes:
+        if self._closed:
+            raise RedactionError("stream already flushed", reason=RedactionReason.CLOSED)
+        if isinstance(chunk, str):
+            is_text = True
+            data = chunk.encode("utf-8", "surrogatepass")
+        elif isinstance(chunk, bytes | bytearray | memoryview):
+            is_text = False
+            data = bytes(chunk)
+        else:
+            raise TypeError(f"chunk must be str or bytes, not {type(chunk).__name__}")
+        if self._text is None:
+            self._text = is_text
+        elif self._text != is_text:
+            raise RedactionError(
+                "chunk type differs from the stream's", reason=RedactionReason.MIXED_TYPES
+            )
+        return data
+
+    def _advance(self, *, final: bool) -> str | bytes:
+        red = self._redactor
+        snap = red._snapshot()
+        data, base, text = self._buf, self._base, bool(self._text)
+        end = base + len(data)
+        if len(self._positions) != len(snap.detectors):
+            self._positions = [self._out] * len(snap.detectors)
+        found = [(base + s, base + e, n) for s, e, n in snap.matcher.find(data)]
+        if snap.detectors:
+            self._pending += detect(snap.detectors, data, base, self._positions, final=final)
+            found += self._pending
+        if text:
+            found = [snap_out(data, iv, base) for iv in found]
+        if final:
+            frontier = end
+        else:  # every match not yet seen starts at or after the frontier
+            frontier = end - max(snap.matcher.longest - 1, 0)
+            if snap.detectors:
+                frontier = min(frontier, min(self._positions) - _UTF8_TAIL)
+            if text:
+                frontier = snap_back(data, frontier, base)
+        cut = max(frontier, self._out)  # a late, longer secret cannot recall output
+        out = self._out
+        pool = [(max(s, out), e, n) for s, e, n in found if e > out]
+        if self._open is not None:
+            pool.append(self._open)
+        pieces: list[bytes] = []
+        done: list[tuple[str, ...]] = []
+        pos, opened = out, None
+        for s, e, names in merge(pool):
+            if s >= cut:
+                break
+            if s > pos:
+                pieces.append(data[pos - base : s - base])
+            if e >= cut and not final:
+                opened = (s, e, names)
+                break
+            pieces.append(red._marker_for(names))
+            done.append(names)
+            pos = e
+        if opened is None and cut > pos:
+            pieces.append(data[pos - base : cut - base])
+        self._open, self._out = opened, cut
+        self._pending = [iv for iv in self._pending if iv[1] > cut]
+        keep = max(base, min(frontier, end) - LOOKBEHIND)
+        self._buf, self._base = data[keep - base :], keep
+        if done:
+            self._tally.add(done)
+            red._tally.add(done)
+        joined = b"".join(pieces)
+        return joined.decode("utf-8", "surrogatepass") if text else joined

@@ -1,0 +1,104 @@
+"""The encoded forms of a secret that the redactor masks.
+
+A secret rarely appears only raw: it is logged inside JSON, put in a query string,
+base64-encoded into a basic-auth header or a larger blob, hex-dumped. Each of these is
+computed here once, at registration, as a literal byte pattern; the matcher then finds
+all of them in one pass.
+
+Base64 inside a longer blob: the secret may start at any of three byte offsets modulo 3
+of the encoded data. Writing the encoded data as a stream of 6-bit characters, the
+secret's bits occupy ``[8k, 8(k+n))`` for offset ``k`` and length ``n``; exactly the
+characters whose 6 bits lie inside that range are fixed by the secret alone, whatever
+surrounds it. That run (the *core*) is a pattern for each offset; so are the forms that
+end the data (the core plus the final partial character, with and without ``=``
+padding), so that a secret at the end of a blob is masked to the last character.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+import urllib.parse
+
+__all__ = ["variants"]
+
+_PCT = re.compile(rb"%[0-9A-F]{2}")
+
+
+def _base64_forms(secret: bytes) -> list[bytes]:
+    n = len(secret)
+    out: list[bytes] = []
+    for encode in (base64.b64encode, base64.urlsafe_b64encode):
+        for k in range(3):
+            encoded = encode(bytes(k) + secret)
+            first = (8 * k + 5) // 6  # first character not touched by the k prefix bytes
+            last = (8 * (k + n)) // 6  # one past the last character fixed by the secret
+            out.append(encoded[first:last])  # core: found inside any longer blob
+            out.append(encoded[first:])  # the secret ends the blob, padded
+            out.append(encoded[first:].rstrip(b"="))  # ... unpadded
+    return out
+
+
+def _text_forms(text: str) -> list[bytes]:
+    out: list[bytes] = []
+    for ensure_ascii in (False, True):
+        escaped = json.dumps(text, ensure_ascii=ensure_ascii)[1:-1]
+        out.append(escaped.encode("utf-8", "surrogatepass"))
+        out.append(escaped.replace("/", "\\/").encode("utf-8", "surrogatepass"))
+    return out
+
+
+def _url_forms(secret: bytes) -> list[bytes]:
+    out: list[bytes] = []
+    for quoted in (
+        urllib.parse.quote(secret, safe=""),
+        urllib.parse.quote(secret),  # keeps "/"
+        urllib.parse.quote_plus(secret),
+    ):
+        raw = quoted.encode("ascii")
+        out.append(raw)
+        out.append(_PCT.sub(lambda m: m.group(0).lower(), raw))  # %2f as some encoders write
+    return out
+
+
+def variants(secret: bytes, *, min_length: int) -> list[bytes]:
+    """Return the distinct byte patterns that mask *secret*, the raw form first.
+
+    Guarantee: the raw secret; base64 (standard and URL-safe alphabets, with and
+    without padding, at the three byte offsets); ``quote``/``quote_plus`` (upper and
+    lower-case escapes); JSON string escapes (ASCII-only and not, with and without
+    ``\\/``) when the secret is UTF-8 text; hex (lower and upper); and each line of a
+    multi-line secret that is at least *min_length* bytes. Every pattern is at least
+    six bytes long when the secret is (the shortest, a base64 core, is ``4n/3 - 3``).
+
+    Not guaranteed: base64 wrapped across lines (MIME), other encodings (UTF-16,
+    double URL-encoding, gzip), or a secret cut in half and encoded as two parts.
+
+    Args:
+        secret: the raw secret bytes (UTF-8 for a ``str`` secret).
+        min_length: the minimum length a line of a multi-line secret needs to be
+            registered on its own.
+    """
+    forms: list[bytes] = [secret]
+    forms += _base64_forms(secret)
+    forms.append(binascii.hexlify(secret))
+    forms.append(binascii.hexlify(secret).upper())
+    forms += _url_forms(secret)
+    try:
+        text = secret.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    if text is not None:
+        forms += _text_forms(text)
+    lines = secret.splitlines()
+    if len(lines) > 1:
+        forms += [line for line in lines if len(line) >= min_length]
+    seen: set[bytes] = set()
+    out: list[bytes] = []
+    for form in forms:
+        if form and form not in seen:
+            seen.add(form)
+            out.append(form)
+    return out
