@@ -123,6 +123,7 @@ class EgressReason(enum.Enum):
     TOO_MANY_ANSWERS = "too_many_answers"
     REDIRECT = "redirect"  # too many hops, https->http, ...
     DEADLINE = "deadline"
+    UNREACHABLE = "unreachable"  # the guard accepted, but no vetted address answered
 
 
 class ProcessReason(enum.Enum):

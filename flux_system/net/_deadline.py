@@ -1,0 +1,57 @@
+"""A total deadline expressed as httpcore's per-phase timeouts.
+
+httpx/httpcore timeouts are per phase (connect, each read, each write, pool wait).
+:class:`DeadlineTimeouts` is the mapping httpcore reads them from (it calls
+``timeouts.get("read")`` before every socket operation), and answers each lookup with
+``min(phase timeout, time left before the deadline)`` — so the deadline also bounds a
+server that drips one byte just before each read timeout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from typing import Final, final
+
+__all__ = ["MIN_TIMEOUT", "DeadlineTimeouts"]
+
+#: What an expired deadline turns into: a timeout short enough to fail the next socket
+#: operation at once (0 would mean non-blocking, which httpcore does not expect).
+MIN_TIMEOUT: Final = 0.001
+
+_PHASES: Final = ("connect", "read", "write", "pool")
+
+
+@final
+class DeadlineTimeouts(Mapping[str, float | None]):
+    """Per-phase timeouts capped by a monotonic deadline (see the module docstring)."""
+
+    __slots__ = ("_base", "_clock", "deadline")
+
+    def __init__(
+        self,
+        base: Mapping[str, float | None],
+        *,
+        deadline: float,
+        clock: Callable[[], float],
+    ) -> None:
+        self._base = {k: base.get(k) for k in _PHASES}
+        self.deadline = deadline
+        self._clock = clock
+
+    def remaining(self) -> float:
+        """Seconds left (never below :data:`MIN_TIMEOUT`)."""
+        return max(self.deadline - self._clock(), MIN_TIMEOUT)
+
+    def expired(self) -> bool:
+        return self._clock() >= self.deadline
+
+    def __getitem__(self, key: str) -> float | None:
+        base = self._base[key]
+        left = self.remaining()
+        return left if base is None else min(base, left)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._base)
+
+    def __len__(self) -> int:
+        return len(self._base)

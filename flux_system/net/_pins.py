@@ -1,0 +1,76 @@
+"""The pin table the transports hand to their network backends, and error mapping.
+
+The transport guards a request, then sets :data:`PINS` (a context variable) to
+``{(host, port): vetted addresses}`` for the duration of the pool call. The network
+backend's ``connect_tcp(host, port)`` dials only those addresses; a host with no pin
+in the current context is refused (fail closed). A context variable (not shared
+state) means a dial can only use what *this* request vetted, in threads and tasks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass
+from ipaddress import IPv4Address, IPv6Address
+from typing import Final, final
+
+import httpcore
+import httpx
+
+__all__ = ["PINS", "Pins", "map_httpcore_errors", "pinned_addresses"]
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Pins:
+    """What one request may dial, and when its deadline expires (monotonic), if any."""
+
+    table: dict[tuple[str, int], tuple[IPv4Address | IPv6Address, ...]]
+    remaining: Callable[[], float] | None = None
+
+
+PINS: Final[ContextVar[Pins | None]] = ContextVar("flux_egress_pins", default=None)
+
+
+def pinned_addresses(host: str, port: int) -> tuple[Pins, tuple[IPv4Address | IPv6Address, ...]]:
+    """The vetted addresses for *host*:*port* in the current context.
+
+    Raises:
+        httpcore.ConnectError: nothing was vetted for that destination here.
+    """
+    pins = PINS.get()
+    addresses = None if pins is None else pins.table.get((host.lower(), port))
+    if pins is None or not addresses:
+        raise httpcore.ConnectError(f"no vetted address for {host}:{port} (refused)")
+    return pins, addresses
+
+
+_ERROR_MAP: Final[tuple[tuple[type[Exception], type[httpx.TransportError]], ...]] = (
+    (httpcore.ConnectTimeout, httpx.ConnectTimeout),
+    (httpcore.ReadTimeout, httpx.ReadTimeout),
+    (httpcore.WriteTimeout, httpx.WriteTimeout),
+    (httpcore.PoolTimeout, httpx.PoolTimeout),
+    (httpcore.TimeoutException, httpx.TimeoutException),
+    (httpcore.ConnectError, httpx.ConnectError),
+    (httpcore.ReadError, httpx.ReadError),
+    (httpcore.WriteError, httpx.WriteError),
+    (httpcore.NetworkError, httpx.NetworkError),
+    (httpcore.UnsupportedProtocol, httpx.UnsupportedProtocol),
+    (httpcore.LocalProtocolError, httpx.LocalProtocolError),
+    (httpcore.RemoteProtocolError, httpx.RemoteProtocolError),
+    (httpcore.ProtocolError, httpx.ProtocolError),
+)
+
+
+@contextlib.contextmanager
+def map_httpcore_errors() -> Iterator[None]:
+    """Translate httpcore's errors to httpx's, as httpx's own transport does."""
+    try:
+        yield
+    except Exception as exc:
+        for source, target in _ERROR_MAP:
+            if isinstance(exc, source):
+                raise target(str(exc)) from exc
+        raise

@@ -1,0 +1,179 @@
+"""Resolvers: the :class:`Resolver` protocol, :class:`DnsResolver` and :class:`StaticResolver`.
+
+As httpcore keeps its backend interface beside the real and the mock backend, the
+interface, the real implementation (dnspython) and the pinned-table implementation
+live together here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from ipaddress import IPv4Address, IPv6Address, ip_address
+from typing import Final, Protocol, final, runtime_checkable
+
+import dns.exception
+import dns.name
+import dns.rdatatype
+import dns.resolver
+
+from flux_system._exceptions import EgressDeniedError, EgressReason
+
+__all__ = ["MAX_ANSWERS", "DnsResolver", "Resolver", "StaticResolver"]
+
+#: Answers kept per destination (A and AAAA together). Real services publish a few
+#: addresses; hundreds only make every later check slower. Over the cap: denied.
+MAX_ANSWERS: Final = 32
+_MAX_NAMESERVERS: Final = 16
+
+IPAddress = IPv4Address | IPv6Address
+
+
+@runtime_checkable
+class Resolver(Protocol):
+    """What any resolver implements: one host to its addresses.
+
+    The guard calls :meth:`resolve` exactly once per destination and classifies every
+    answer; a resolver never decides what is blocked. Raise
+    :class:`~flux_system.EgressDeniedError` (reason ``RESOLUTION_FAILED``) when the name
+    does not resolve; any other exception is treated the same way by the guard.
+    """
+
+    def resolve(self, host: str, port: int) -> Sequence[IPv4Address | IPv6Address]: ...
+
+
+def _failed(host: str, why: str) -> EgressDeniedError:
+    return EgressDeniedError(
+        f"resolve: {why}", op="resolve", target=host, reason=EgressReason.RESOLUTION_FAILED
+    )
+
+
+@final
+class StaticResolver:
+    """A fixed table ``{host: [address, ...]}`` — for pinned hosts and for tests.
+
+    Guarantee: no network traffic; a host not in the table fails to resolve. Names are
+    compared case-insensitively without a trailing dot. ``calls`` counts lookups.
+
+    Raises:
+        TypeError, ValueError: a malformed table (non-str names, bad addresses).
+    """
+
+    __slots__ = ("_table", "calls")
+
+    def __init__(self, table: Mapping[str, Iterable[str | IPAddress]]) -> None:
+        if not isinstance(table, Mapping):
+            raise TypeError(f"table must be a mapping, not {type(table).__name__}")
+        built: dict[str, tuple[IPAddress, ...]] = {}
+        for name, answers in table.items():
+            if not isinstance(name, str):
+                raise TypeError(f"table keys must be str, not {type(name).__name__}")
+            if isinstance(answers, str | bytes):
+                raise TypeError(f"answers for {name!r} must be a list, not a string")
+            addrs = tuple(
+                a if isinstance(a, IPv4Address | IPv6Address) else ip_address(a) for a in answers
+            )
+            built[name.lower().removesuffix(".")] = addrs
+        self._table = built
+        self.calls = 0
+
+    def resolve(self, host: str, port: int) -> Sequence[IPv4Address | IPv6Address]:
+        """Return the pinned answers for *host*.
+
+        Raises:
+            EgressDeniedError: RESOLUTION_FAILED when the host is not in the table.
+        """
+        self.calls += 1
+        answers = self._table.get(host.lower().removesuffix("."))
+        if not answers:
+            raise _failed(host, "host not in the static table")
+        return answers
+
+
+@final
+class DnsResolver:
+    """Resolve A and AAAA with dnspython, straight to the given nameservers.
+
+    Guarantee: one query per record type per call (no search domains, no cache, no
+    retry on SERVFAIL); CNAME chains are followed inside the answer (dnspython bounds
+    the chain); more than ``max_answers`` addresses is refused; any error other than
+    "no such name / no such record" fails the whole lookup (fail closed).
+    Not guaranteed: that the nameserver is honest — every answer is still classified.
+
+    Args:
+        nameservers: IP addresses of the nameservers; ``None`` reads the system
+            configuration (/etc/resolv.conf).
+        port: the nameservers' port.
+        timeout: seconds for the whole lookup of one record type.
+        max_answers: cap on addresses returned (A and AAAA together).
+
+    Raises:
+        TypeError, ValueError: bad arguments.
+    """
+
+    __slots__ = ("_max", "_resolver")
+
+    def __init__(
+        self,
+        nameservers: Sequence[str] | None = None,
+        *,
+        port: int = 53,
+        timeout: float = 5.0,
+        max_answers: int = MAX_ANSWERS,
+    ) -> None:
+        if not (isinstance(port, int) and 1 <= port <= 65535):
+            raise ValueError("port must be an int in 1..65535")
+        if not (isinstance(timeout, int | float) and timeout > 0):
+            raise ValueError("timeout must be a positive number")
+        if not (isinstance(max_answers, int) and 1 <= max_answers <= 1024):
+            raise ValueError("max_answers must be an int in 1..1024")
+        resolver = dns.resolver.Resolver(configure=nameservers is None)
+        if nameservers is not None:
+            if isinstance(nameservers, str) or not nameservers:
+                raise TypeError("nameservers must be a non-empty sequence of IP strings")
+            if len(nameservers) > _MAX_NAMESERVERS:
+                raise ValueError(f"at most {_MAX_NAMESERVERS} nameservers")
+            resolver.port = port  # must be set before the nameservers (dnspython 2.4+)
+            resolver.nameservers = [str(ip_address(n)) for n in nameservers]
+        resolver.timeout = float(timeout)
+        resolver.lifetime = float(timeout)
+        resolver.cache = None
+        resolver.search = []
+        resolver.use_search_by_default = False
+        resolver.retry_servfail = False
+        self._resolver = resolver
+        self._max = max_answers
+
+    def resolve(self, host: str, port: int) -> Sequence[IPv4Address | IPv6Address]:
+        """Query A then AAAA for *host* (absolute) and return every address.
+
+        Raises:
+            EgressDeniedError: RESOLUTION_FAILED (no address, timeout, server error) or
+                TOO_MANY_ANSWERS.
+        """
+        try:
+            qname = dns.name.from_text(host)  # absolute: never completed by search lists
+        except dns.exception.DNSException:
+            raise _failed(host, "not a DNS name") from None
+        found: list[IPAddress] = []
+        for rdtype in (dns.rdatatype.A, dns.rdatatype.AAAA):
+            try:
+                answer = self._resolver.resolve(
+                    qname, rdtype, search=False, raise_on_no_answer=False
+                )
+            except dns.resolver.NXDOMAIN:
+                continue
+            except dns.exception.DNSException as exc:
+                raise _failed(host, f"lookup failed ({type(exc).__name__})") from exc
+            if answer.rrset is None:
+                continue
+            if len(found) + len(answer.rrset) > self._max:
+                raise EgressDeniedError(
+                    f"resolve: more than {self._max} answers",
+                    op="resolve",
+                    target=host,
+                    reason=EgressReason.TOO_MANY_ANSWERS,
+                )
+            found.extend(ip_address(rdata.address) for rdata in answer.rrset)
+        if not found:
+            raise _failed(host, "no A or AAAA record")
+        return tuple(found)
