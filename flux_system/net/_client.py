@@ -14,9 +14,16 @@ from flux_system._exceptions import EgressDeniedError, EgressReason
 from flux_system.net._allow import EgressPolicy, PrivateNetAllow
 from flux_system.net._deadline import DeadlineTimeouts
 from flux_system.net._limits import GuardedResponse, RequestLimits, finish_response
-from flux_system.net._redirects import redirect_request, replayable, retry_delay
+from flux_system.net._redirects import (
+    origin,
+    redirect_request,
+    replayable,
+    retry_delay,
+    url_host,
+)
 from flux_system.net._resolver import Resolver
 from flux_system.net._transport import GuardedTransport
+from flux_system.net._url import parse_url
 
 __all__ = ["GuardedClient", "guarded_client"]
 
@@ -25,10 +32,6 @@ def _deadline_error(host: str) -> EgressDeniedError:
     return EgressDeniedError(
         "request: total deadline expired", op="request", target=host, reason=EgressReason.DEADLINE
     )
-
-
-def _origin(url: httpx.URL) -> tuple[str, str, int | None]:
-    return (url.scheme, url.host, url.port)
 
 
 @final
@@ -73,6 +76,19 @@ class GuardedClient(httpx.Client):
         self._clock = clock
         self._wall_clock = wall_clock
         self._sleep = sleep
+
+    def build_request(self, method: str, url: httpx.URL | str, **kwargs: Any) -> httpx.Request:
+        """Build a request; a URL given as text is first parsed strictly (no lookup).
+
+        httpx normalizes URLs (drops an empty userinfo, maps IDNA dots, accepts ``:+80``);
+        the guard judges what the caller wrote, before that happens.
+
+        Raises:
+            EgressDeniedError: the text is refused by the strict parser.
+        """
+        if isinstance(url, str):
+            parse_url(url, op="request")
+        return super().build_request(method, url, **kwargs)
 
     def send(
         self,
@@ -123,12 +139,12 @@ class GuardedClient(httpx.Client):
                 )
             response.close()
             history.append(response)
-            crossed = crossed or _origin(nxt.url) != _origin(current.url)
+            crossed = crossed or origin(nxt.url) != origin(current.url)
             current = nxt
         raise EgressDeniedError(
             f"redirect: more than {limits.max_redirects} hops",
             op="redirect",
-            target=current.url.host,
+            target=url_host(current.url),
             reason=EgressReason.REDIRECT,
         )
 
@@ -139,7 +155,7 @@ class GuardedClient(httpx.Client):
         base = self.timeout.as_dict()
         for attempt in range(self.limits.max_retries + 1):
             if self._clock() >= deadline:
-                raise _deadline_error(request.url.host)
+                raise _deadline_error(url_host(request.url))
             request.extensions["timeout"] = DeadlineTimeouts(
                 base, deadline=deadline, clock=self._clock
             )
@@ -152,7 +168,7 @@ class GuardedClient(httpx.Client):
                 )
             except httpx.TimeoutException as exc:
                 if self._clock() >= deadline:
-                    raise _deadline_error(request.url.host) from exc
+                    raise _deadline_error(url_host(request.url)) from exc
                 raise
             if (
                 response.status_code != 429
@@ -194,10 +210,10 @@ class GuardedClient(httpx.Client):
                 chunks.append(chunk)
                 size += len(chunk)
                 if self._clock() >= deadline:
-                    raise _deadline_error(response.request.url.host)
+                    raise _deadline_error(url_host(response.request.url))
         except httpx.TimeoutException as exc:
             if self._clock() >= deadline:
-                raise _deadline_error(response.request.url.host) from exc
+                raise _deadline_error(url_host(response.request.url)) from exc
             raise
         finally:
             response.close()

@@ -3,22 +3,27 @@
 from __future__ import annotations
 
 import email.utils
+import re
 from collections.abc import Callable
 from typing import Final
 
 import httpx
 
 from flux_system._exceptions import EgressDeniedError, EgressReason
+from flux_system.net._url import parse_url
 
 __all__ = [
     "MAX_RETRY_AFTER",
     "REDIRECT_CODES",
     "has_body",
+    "origin",
     "redirect_request",
     "replayable",
     "retry_delay",
+    "url_host",
 ]
 
+_ABSOLUTE: Final = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:")
 REDIRECT_CODES: Final = frozenset({301, 302, 303, 307, 308})
 #: A Retry-After further out than this is treated as "not within any deadline".
 MAX_RETRY_AFTER: Final = 86400.0
@@ -27,8 +32,14 @@ _CROSS_ORIGIN_KEEP: Final = frozenset({b"accept", b"accept-encoding", b"user-age
 _BODY_HEADERS: Final = frozenset({b"content-length", b"content-type", b"transfer-encoding"})
 
 
-def _origin(url: httpx.URL) -> tuple[str, str, int | None]:
-    return (url.scheme, url.host, url.port)
+def url_host(url: httpx.URL) -> str:
+    """The URL's host as sent (ASCII), never IDNA-decoded (httpx's ``.host`` may raise)."""
+    return url.raw_host.decode("ascii", "replace")
+
+
+def origin(url: httpx.URL) -> tuple[str, str, int | None]:
+    """(scheme, host, port) — what "same origin" compares."""
+    return (url.scheme, url_host(url), url.port)
 
 
 def has_body(request: httpx.Request) -> bool:
@@ -59,7 +70,9 @@ def redirect_request(request: httpx.Request, response: httpx.Response) -> httpx.
     location = response.headers.get("location")
     if location is None:
         return None
-    host = request.url.host
+    host = url_host(request.url)
+    if _ABSOLUTE.match(location):
+        parse_url(location, op="redirect")  # the raw Location, before httpx normalizes it
     try:
         url = request.url.join(location)
     except httpx.InvalidURL as exc:
@@ -75,7 +88,7 @@ def redirect_request(request: httpx.Request, response: httpx.Response) -> httpx.
         method = "GET"
     if keep_body and has_body(request):
         raise _refused(f"{status} would replay the request body", host)
-    same_origin = _origin(url) == _origin(request.url)
+    same_origin = origin(url) == origin(request.url)
     headers = [
         (k, v)
         for k, v in request.headers.raw
