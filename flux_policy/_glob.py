@@ -50,7 +50,7 @@ def compile_pattern(pattern: str) -> Matcher:
     if len(parts) == 2 and parts[0] == "**" and parts[1] not in wild:
         return _endswith(parts[1])
     if len(wild) <= _REGEX_MAX_WILDCARDS:
-        return re.compile(_regex(parts), re.DOTALL).fullmatch  # type: ignore[return-value]
+        return _regex_matcher(re.compile(_regex(parts), re.DOTALL))
     return _Nfa(parts)
 
 
@@ -68,6 +68,15 @@ def _startswith(prefix: str) -> Matcher:
 def _endswith(suffix: str) -> Matcher:
     def match(name: str) -> bool:
         return name.endswith(suffix)
+
+    return match
+
+
+def _regex_matcher(compiled: re.Pattern[str]) -> Matcher:
+    fullmatch = compiled.fullmatch
+
+    def match(name: str) -> bool:
+        return fullmatch(name) is not None
 
     return match
 

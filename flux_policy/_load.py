@@ -143,7 +143,7 @@ def combine_policies(policies: Sequence[Policy], *, source: str = "<combined>") 
                     "group defined differently in combined policies",
                     source,
                     rule=name,
-                    field=f"groups.{name!r}",
+                    field=f"groups.{name}",
                 )
             groups[name] = members
         for rule in policy.rules:
@@ -260,7 +260,7 @@ class _Builder:
         if len(raw) > _MAX_GROUPS:
             raise self.fail(PolicyLoadReason.TOO_MANY, "too many groups", None, "groups")
         for name, members in raw.items():
-            field = f"groups.{name!r}"
+            field = f"groups.{name}"
             if not _GROUP_NAME.fullmatch(name):
                 raise self.fail(
                     PolicyLoadReason.BAD_GROUP_NAME,
@@ -297,7 +297,7 @@ class _Builder:
                         PolicyLoadReason.GROUP_CYCLE,
                         "groups form a cycle: " + " -> ".join(cycle),
                         node,
-                        f"groups.{node!r}",
+                        f"groups.{node}",
                     )
                 if not colour.get(child):
                     colour[child] = 1
@@ -362,19 +362,30 @@ class _Builder:
         for name in ("subjects", "actions", "resources"):
             values: list[str] = getattr(raw, name)
             if not values:
-                raise self.fail(PolicyLoadReason.EMPTY_LIST, "must not be empty", rid, name)
+                raise self.fail(
+                    PolicyLoadReason.EMPTY_LIST, "must not be empty", rid, f"{prefix}.{name}"
+                )
             if len(values) > _MAX_LIST:
-                raise self.fail(PolicyLoadReason.TOO_MANY, "too many entries", rid, name)
+                raise self.fail(
+                    PolicyLoadReason.TOO_MANY, "too many entries", rid, f"{prefix}.{name}"
+                )
             for i, value in enumerate(values):
                 self._entry(
-                    value, rid, f"{name}[{i}]", declared=self.groups, resource=name == "resources"
+                    value,
+                    rid,
+                    f"{prefix}.{name}[{i}]",
+                    declared=self.groups,
+                    resource=name == "resources",
                 )
             lists[name] = tuple(sorted(set(values)))
         for name in ("min_trust", "max_trust"):
             level = getattr(raw, name)
             if level is not None and level not in self.levels:
                 raise self.fail(
-                    PolicyLoadReason.UNKNOWN_TRUST_LEVEL, f"unknown level {level!r}", rid, name
+                    PolicyLoadReason.UNKNOWN_TRUST_LEVEL,
+                    f"unknown level {level!r}",
+                    rid,
+                    f"{prefix}.{name}",
                 )
         if (
             raw.min_trust is not None
@@ -382,25 +393,30 @@ class _Builder:
             and self.levels.index(raw.min_trust) > self.levels.index(raw.max_trust)
         ):
             raise self.fail(
-                PolicyLoadReason.BAD_TRUST_LEVELS, "min_trust above max_trust", rid, "max_trust"
+                PolicyLoadReason.BAD_TRUST_LEVELS,
+                "min_trust above max_trust",
+                rid,
+                f"{prefix}.max_trust",
             )
         if len(raw.scopes) > _MAX_LIST:
-            raise self.fail(PolicyLoadReason.TOO_MANY, "too many scopes", rid, "scopes")
+            raise self.fail(PolicyLoadReason.TOO_MANY, "too many scopes", rid, f"{prefix}.scopes")
         for i, scope in enumerate(raw.scopes):
             if not _TEXT.fullmatch(scope):
-                raise self.fail(PolicyLoadReason.BAD_SCOPE, "invalid scope", rid, f"scopes[{i}]")
-        not_before = self._timestamp(raw.not_before, rid, "not_before")
-        not_after = self._timestamp(raw.not_after, rid, "not_after")
+                raise self.fail(
+                    PolicyLoadReason.BAD_SCOPE, "invalid scope", rid, f"{prefix}.scopes[{i}]"
+                )
+        not_before = self._timestamp(raw.not_before, rid, f"{prefix}.not_before")
+        not_after = self._timestamp(raw.not_after, rid, f"{prefix}.not_after")
         if not_before is not None and not_after is not None and not_before >= not_after:
             raise self.fail(
                 PolicyLoadReason.EMPTY_WINDOW,
                 "not_before is not before not_after",
                 rid,
-                "not_after",
+                f"{prefix}.not_after",
             )
         if len(raw.when) > _MAX_LIST:
-            raise self.fail(PolicyLoadReason.TOO_MANY, "too many conditions", rid, "when")
-        when = tuple(self._condition(c, rid, f"when[{i}]") for i, c in enumerate(raw.when))
+            raise self.fail(PolicyLoadReason.TOO_MANY, "too many conditions", rid, f"{prefix}.when")
+        when = tuple(self._condition(c, rid, f"{prefix}.when[{i}]") for i, c in enumerate(raw.when))
         return Rule(
             id=rid,
             kind=RuleKind(kind),
