@@ -33,9 +33,12 @@ from flux_system._exceptions import (
     WorkspaceError,
     WorkspaceReason,
 )
+from flux_system._fileinfo import FileInfo, FileKind
 from flux_system._limits import Limits, Privileges
 from flux_system._process import System
 from flux_system._result import DEFAULT_OUTPUT_CAP, RunResult
+from flux_system._roots import NamedRoot
+from flux_system._workspace import Workspace
 
 __all__ = [  # noqa: RUF022 - plain sorted(), as tests/test_public_api.py checks
     "ChildOutput",
@@ -46,11 +49,14 @@ __all__ = [  # noqa: RUF022 - plain sorted(), as tests/test_public_api.py checks
     "DEFAULT_OUTPUT_CAP",
     "EgressDeniedError",
     "EgressReason",
+    "FileInfo",
+    "FileKind",
     "FluxSystemError",
     "InvalidPathError",
     "Limits",
     "LineObserver",
     "ManagedChild",
+    "NamedRoot",
     "NotFoundError",
     "PathEscapeError",
     "PortError",
@@ -68,6 +74,7 @@ __all__ = [  # noqa: RUF022 - plain sorted(), as tests/test_public_api.py checks
     "UnknownOutcomeError",
     "UnreachableError",
     "UnservedError",
+    "Workspace",
     "WorkspaceError",
     "WorkspaceReason",
 ]

@@ -1,0 +1,273 @@
+"""Resolution of a relative path *beneath* an open directory fd.
+
+Two implementations with identical semantics (those of Linux ``RESOLVE_BENEATH``):
+
+- ``openat2``: one ``openat2(2)`` call with ``RESOLVE_BENEATH|RESOLVE_NO_MAGICLINKS``
+  through ``ctypes`` (Linux >= 5.6). The kernel checks every step, including ``..``
+  against concurrent renames (it fails with ``EAGAIN``, retried a bounded number of
+  times, then :attr:`ConfinementReason.RACE`).
+- ``walk``: a per-component walk from the root fd. Every component is opened with
+  ``O_NOFOLLOW`` so the kernel never follows a symlink; a symlink is read with
+  ``readlinkat`` and its text is resolved by this walk (absolute targets refused,
+  ``..`` never above the root, at most :data:`_MAX_SYMLINKS` links).
+
+Semantics shared by both: ``..`` may never take resolution above the root, even
+transiently (``a/../../root/b`` is refused); absolute symlink targets are refused even
+when they point inside the root; magic links (``/proc/self/fd/N``, ``/proc/self/root``)
+are refused. Mount points inside the root are crossed (no ``RESOLVE_NO_XDEV``): see
+docs/decisions/0010-resolver-openat2-and-walk.md.
+
+Not guaranteed by ``walk``: a directory that a third party moves *out of* the root
+while a resolution is inside it (needs write access outside the root) — ``openat2``
+detects that case, the walk cannot.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import platform
+import stat
+
+from flux_system._exceptions import ConfinementReason, PathEscapeError
+
+__all__ = [
+    "RESOLVERS",
+    "open_beneath",
+    "open_unconfined",
+    "openat2_available",
+]
+
+RESOLVERS = ("openat2", "walk")
+
+_MAX_SYMLINKS = 40  # Linux MAXSYMLINKS: the kernel's own budget per lookup
+_MAX_RACE_RETRIES = 16  # openat2 EAGAIN retries before reporting ConfinementReason.RACE
+
+RESOLVE_NO_XDEV = 0x01
+RESOLVE_NO_MAGICLINKS = 0x02
+RESOLVE_BENEATH = 0x08
+_RESOLVE = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS
+
+# openat2 is in the unified syscall table (asm-generic, Linux 5.6) at 437 on every
+# architecture below; alpha/mips/ia64 use other numbers and fall back to the walk.
+_OPENAT2_NR = 437
+_OPENAT2_ARCHES = frozenset(
+    {"x86_64", "amd64", "aarch64", "arm64", "i386", "i686", "armv7l", "armv8l"}
+    | {"riscv64", "ppc64le", "ppc64", "s390x", "loongarch64"}
+)
+_PROC_SUPER_MAGIC = 0x9FA0
+
+_DIR_STEP = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_CREATE_FLAGS = os.O_CREAT | getattr(os, "O_TMPFILE", 0)
+
+
+class _OpenHow(ctypes.Structure):
+    _fields_ = (
+        ("flags", ctypes.c_uint64),
+        ("mode", ctypes.c_uint64),
+        ("resolve", ctypes.c_uint64),
+    )
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_syscall = _libc.syscall
+_syscall.restype = ctypes.c_long
+_syscall.argtypes = (ctypes.c_long, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t)
+_fstatfs = _libc.fstatfs
+_fstatfs.restype = ctypes.c_int
+_fstatfs.argtypes = (ctypes.c_int, ctypes.c_void_p)
+_get_errno = ctypes.get_errno
+_HOW_SIZE = ctypes.sizeof(_OpenHow)
+
+# (flags, mode) -> (struct kept alive, its address). Flags come from this package
+# only, so the table stays a handful of entries.
+_hows: dict[tuple[int, int], tuple[_OpenHow, int]] = {}
+_openat2_state: list[bool] = []
+
+
+def _how(flags: int, mode: int) -> int:
+    key = (flags, mode)
+    entry = _hows.get(key)
+    if entry is None:
+        how = _OpenHow(flags, mode if flags & _CREATE_FLAGS else 0, _RESOLVE)
+        entry = (how, ctypes.addressof(how))
+        _hows[key] = entry
+    return entry[1]
+
+
+def openat2_available() -> bool:
+    """Whether this kernel (and any seccomp filter around us) lets ``openat2`` run."""
+    if _openat2_state:
+        return _openat2_state[0]
+    ok = False
+    if platform.system() == "Linux" and platform.machine().lower() in _OPENAT2_ARCHES:
+        fd = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            res = _syscall(_OPENAT2_NR, fd, b".", _how(os.O_PATH | os.O_CLOEXEC, 0), _HOW_SIZE)
+            if res >= 0:
+                os.close(res)
+                ok = True
+        finally:
+            os.close(fd)
+    _openat2_state.append(ok)
+    return ok
+
+
+def _escape(op: str, display: str, reason: ConfinementReason, what: str) -> PathEscapeError:
+    return PathEscapeError(f"{op}: {what}", op=op, path=display, reason=reason)
+
+
+def open_beneath(
+    resolver: str,
+    rootfd: int,
+    path: bytes,
+    flags: int,
+    mode: int = 0,
+    *,
+    follow: bool = True,
+    op: str,
+    display: str,
+) -> int:
+    """Open *path* beneath *rootfd* and return the new fd (``O_CLOEXEC`` always).
+
+    Guarantee: the object opened lies beneath *rootfd*; no step of the resolution
+    left it. With ``follow=False`` a final symlink is not followed (pass ``O_PATH``
+    to get a handle on the link itself).
+
+    Raises:
+        PathEscapeError: ``ESCAPE``, ``ABSOLUTE_SYMLINK``, ``MAGIC_LINK``,
+            ``SYMLINK_LOOP`` or ``RACE``.
+        OSError: anything else (``ENOENT``, ``ENOTDIR``, ...), for the caller to map.
+    """
+    if resolver == "openat2":
+        return _openat2(rootfd, path, flags, mode, follow=follow, op=op, display=display)
+    return walk_open(rootfd, path, flags, mode, follow=follow, op=op, display=display)
+
+
+def _openat2(
+    rootfd: int, path: bytes, flags: int, mode: int, *, follow: bool, op: str, display: str
+) -> int:
+    flags |= os.O_CLOEXEC
+    if not follow:
+        flags |= os.O_NOFOLLOW
+    how = _how(flags, mode)
+    for _ in range(_MAX_RACE_RETRIES):
+        fd: int = _syscall(_OPENAT2_NR, rootfd, path, how, _HOW_SIZE)
+        if fd >= 0:
+            return fd
+        err = _get_errno()
+        if err not in (errno.EAGAIN, errno.EINTR):
+            break
+    else:
+        raise _escape(op, display, ConfinementReason.RACE, "concurrent rename during lookup")
+    if err == errno.EXDEV:
+        _diagnose(rootfd, path, follow, op, display)
+        raise _escape(op, display, ConfinementReason.ESCAPE, "path leaves the root")
+    if err == errno.ELOOP and (follow or flags & os.O_PATH):
+        _diagnose(rootfd, path, follow, op, display)
+        raise _escape(op, display, ConfinementReason.SYMLINK_LOOP, "too many symlinks")
+    raise OSError(err, os.strerror(err))
+
+
+def _diagnose(rootfd: int, path: bytes, follow: bool, op: str, display: str) -> None:
+    """Name the precise reason of an openat2 refusal by replaying it with the walk.
+
+    The walk raises the specific :class:`PathEscapeError` (absolute symlink, magic
+    link, ...). If it does not (the tree changed meanwhile), the caller reports the
+    generic reason: openat2's refusal stands either way.
+    """
+    try:
+        fd = walk_open(rootfd, path, os.O_PATH, 0, follow=follow, op=op, display=display)
+    except OSError:
+        return
+    os.close(fd)
+
+
+def _readlink_or_none(name: bytes, dirfd: int) -> bytes | None:
+    try:
+        return os.readlink(name, dir_fd=dirfd)
+    except OSError:
+        return None
+
+
+def _on_procfs(fd: int) -> bool:
+    buf = (ctypes.c_long * 32)()
+    if _fstatfs(fd, ctypes.addressof(buf)) != 0:
+        return True  # cannot tell: treat as procfs, which refuses (fail closed)
+    return bool(buf[0] == _PROC_SUPER_MAGIC)
+
+
+def walk_open(
+    rootfd: int, path: bytes, flags: int, mode: int, *, follow: bool, op: str, display: str
+) -> int:
+    """The fallback resolver: see the module docstring. Same contract as :func:`open_beneath`."""
+    pending = path.split(b"/")
+    pending.reverse()
+    held: list[int] = []  # directories opened so far; ".." pops one, never below the root
+    links = 0
+    final_flags = flags | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        while True:
+            cur = held[-1] if held else rootfd
+            if not pending:
+                return os.open(b".", final_flags, mode, dir_fd=cur)
+            name = pending.pop()
+            if name in (b"", b"."):
+                continue
+            if name == b"..":
+                if not held:
+                    raise _escape(op, display, ConfinementReason.ESCAPE, "'..' above the root")
+                os.close(held.pop())
+                continue
+            if pending:
+                try:
+                    held.append(os.open(name, _DIR_STEP, dir_fd=cur))
+                    continue
+                except OSError as exc:
+                    if exc.errno not in (errno.ENOTDIR, errno.ELOOP):
+                        raise
+                    target = _readlink_or_none(name, cur)
+                    if target is None:
+                        raise
+            else:
+                try:
+                    fd = os.open(name, final_flags, mode, dir_fd=cur)
+                except OSError as exc:
+                    if not follow or exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                        raise
+                    target = _readlink_or_none(name, cur)
+                    if target is None:
+                        raise
+                else:
+                    if not follow or not flags & os.O_PATH:
+                        return fd
+                    if not stat.S_ISLNK(os.fstat(fd).st_mode):
+                        return fd
+                    os.close(fd)
+                    target = os.readlink(name, dir_fd=cur)
+            links += 1
+            if links > _MAX_SYMLINKS:
+                raise _escape(op, display, ConfinementReason.SYMLINK_LOOP, "too many symlinks")
+            if (target.startswith(b"/") or b":" in target) and _on_procfs(cur):
+                raise _escape(op, display, ConfinementReason.MAGIC_LINK, "magic link")
+            if target.startswith(b"/"):
+                raise _escape(
+                    op, display, ConfinementReason.ABSOLUTE_SYMLINK, "absolute symlink target"
+                )
+            if not target:
+                raise OSError(errno.ENOENT, os.strerror(errno.ENOENT))
+            parts = target.split(b"/")
+            parts.reverse()
+            pending.extend(parts)
+    finally:
+        for held_fd in held:
+            os.close(held_fd)
+
+
+def open_unconfined(rootfd: int, path: bytes, flags: int, mode: int, follow: bool) -> int:
+    """``openat`` with host semantics: the ``unconfined=True`` hatch. No confinement at all."""
+    flags |= os.O_CLOEXEC
+    if not follow:
+        flags |= os.O_NOFOLLOW
+    return os.open(path, flags, mode, dir_fd=rootfd)

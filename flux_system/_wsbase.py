@@ -1,0 +1,291 @@
+"""The core of :class:`~flux_system.Workspace`: roots, path attribution, resolution.
+
+Kept apart from the operations (:mod:`._workspace`, :mod:`._wsmutate`) so each module
+stays small. Nothing here is public.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import pathlib
+import stat
+from collections.abc import Iterable, Mapping
+from types import TracebackType
+from typing import Self
+
+from flux_system._exceptions import (
+    WorkspaceError,
+    WorkspaceReason,
+    workspace_error_from_os,
+)
+from flux_system._pathname import as_text, encode_checked, split_parent
+from flux_system._resolve import RESOLVERS, open_beneath, open_unconfined, openat2_available
+from flux_system._roots import NamedRoot, Root, open_root, outside_roots, split_abs, unknown_root
+
+__all__ = ["WorkspaceBase", "check_data", "err"]
+
+_MAX_PARENT_DEPTH = 2048  # PATH_MAX / 2: the deepest a valid path can nest
+
+READ = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY
+PATH = os.O_PATH
+DIR = os.O_PATH | os.O_DIRECTORY
+LISTABLE = os.O_RDONLY | os.O_DIRECTORY | os.O_NONBLOCK
+Data = bytes | bytearray | memoryview
+_S_ISREG = stat.S_ISREG
+_S_ISDIR = stat.S_ISDIR
+
+
+def err(op: str, display: str, reason: WorkspaceReason, what: str) -> WorkspaceError:
+    return WorkspaceError(f"{op}: {what}", op=op, path=display, reason=reason)
+
+
+def check_data(data: object) -> Data:
+    if isinstance(data, bytes | bytearray | memoryview):
+        return data
+    raise TypeError(f"data must be bytes, bytearray or memoryview, not {type(data).__name__}")
+
+
+class WorkspaceBase:
+    """Roots, attribution of paths to roots, and beneath-resolution (see ``Workspace``)."""
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        *,
+        read_roots: Iterable[str | os.PathLike[str]] = (),
+        named_roots: Mapping[str, str | os.PathLike[str] | NamedRoot] | None = None,
+        unconfined: bool = False,
+        resolver: str = "auto",
+    ) -> None:
+        self._roots: list[Root] = []
+        self._retired: list[int] = []
+        if resolver not in ("auto", *RESOLVERS):
+            raise ValueError(f"resolver must be 'auto', 'openat2' or 'walk', not {resolver!r}")
+        if not isinstance(unconfined, bool):
+            raise TypeError(f"unconfined must be bool, not {type(unconfined).__name__}")
+        if isinstance(read_roots, str | bytes | os.PathLike):
+            raise TypeError("read_roots must be an iterable of paths, not a single path")
+        if named_roots is not None and not isinstance(named_roots, Mapping):
+            raise TypeError("named_roots must be a mapping of name to path")
+        has_openat2 = openat2_available()
+        if resolver == "openat2" and not has_openat2:
+            raise WorkspaceError(
+                "openat2 is not available on this kernel",
+                op="Workspace",
+                path=None,
+                reason=WorkspaceReason.UNSUPPORTED,
+            )
+        self._resolver = resolver if resolver != "auto" else ("openat2" if has_openat2 else "walk")
+        self._kind = "unconfined" if unconfined else self._resolver
+        self._unconfined = unconfined
+        try:
+            self._main = self._add(open_root(root, argname="root", label="", writable=True))
+            self._named: dict[bytes, Root] = {}
+            for name, value in (named_roots or {}).items():
+                key = self._check_name(name)
+                target, writable = (
+                    (value.path, value.writable) if isinstance(value, NamedRoot) else (value, False)
+                )
+                handle = open_root(
+                    target, argname="named_roots", label="@" + name, writable=writable
+                )
+                self._named[key] = self._add(handle)
+            for value in read_roots:
+                self._add(open_root(value, argname="read_roots", label="", writable=False))
+        except BaseException:
+            self.close()
+            raise
+        self._by_parts = sorted(
+            ((parts, handle) for handle in self._roots for parts in handle.parts),
+            key=lambda item: len(item[0]),
+            reverse=True,
+        )
+
+    def _add(self, handle: Root) -> Root:
+        self._roots.append(handle)
+        return handle
+
+    @staticmethod
+    def _check_name(name: object) -> bytes:
+        if not isinstance(name, str) or not name or "/" in name or not name.isprintable():
+            raise ValueError(
+                f"named root names must be non-empty printable str without '/': {name!r}"
+            )
+        return os.fsencode(name)
+
+    # -- properties and lifetime -------------------------------------------------------
+
+    @property
+    def root(self) -> pathlib.Path:
+        """The main root directory as given (made absolute)."""
+        return self._main.path
+
+    @property
+    def resolver(self) -> str:
+        """The active resolver: ``"openat2"`` or ``"walk"``."""
+        return self._resolver
+
+    @property
+    def unconfined(self) -> bool:
+        """Whether this workspace was created with the ``unconfined=True`` hatch."""
+        return self._unconfined
+
+    def close(self) -> None:
+        """Release the roots; every later call raises ``WorkspaceError(CLOSED)``. Idempotent."""
+        for handle in self._roots:
+            fd = handle.fd
+            if fd < 0:
+                continue
+            handle.fd = -1
+            dead, writer = os.pipe()
+            os.close(writer)
+            try:
+                os.dup2(dead, fd, inheritable=False)  # fd number stays taken: never reused
+            finally:
+                os.close(dead)
+            self._retired.append(fd)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+            for fd in self._retired:
+                os.close(fd)
+            self._retired.clear()
+        except Exception:  # noqa: S110 - interpreter shutdown: nothing sensible to do
+            pass
+
+    def __repr__(self) -> str:
+        return f"Workspace({str(self._main.path)!r}, resolver={self._resolver!r})"
+
+    # -- path attribution and resolution ----------------------------------------------
+
+    def _locate(self, path: object, op: str, *, write: bool = False) -> tuple[Root, bytes, str]:
+        text = path if type(path) is str else as_text(path, "path")
+        raw = encode_checked(text, op=op, display=text)
+        first = raw[0]
+        root = self._main
+        if first == 0x2F:  # "/"
+            root, raw = self._absolute(raw, op, text)
+        elif first == 0x40:  # "@"
+            name, _, rest = raw[1:].partition(b"/")
+            found = self._named.get(name)
+            if found is None:
+                raise unknown_root(op, text)
+            root, raw = found, (rest.lstrip(b"/") or b".")
+        if write and not root.writable:
+            raise err(op, text, WorkspaceReason.READ_ONLY, "root is read-only")
+        return root, raw, text
+
+    def _absolute(self, raw: bytes, op: str, text: str) -> tuple[Root, bytes]:
+        parts = split_abs(raw)
+        for prefix, handle in self._by_parts:
+            if parts[: len(prefix)] == prefix:
+                rest = parts[len(prefix) :]
+                rel = b"/".join(rest) if rest else b"."
+                if rest and raw.endswith(b"/"):
+                    rel += b"/"
+                return handle, rel
+        if self._unconfined:
+            return self._main, raw
+        raise outside_roots(op, text)
+
+    def _open(
+        self,
+        root: Root,
+        rel: bytes,
+        flags: int,
+        mode: int = 0,
+        *,
+        follow: bool = True,
+        op: str,
+        display: str,
+    ) -> int:
+        fd = root.fd
+        if fd < 0:
+            raise err(op, display, WorkspaceReason.CLOSED, "workspace is closed")
+        if self._kind == "unconfined":
+            return open_unconfined(fd, rel, flags, mode, follow)
+        return open_beneath(self._kind, fd, rel, flags, mode, follow=follow, op=op, display=display)
+
+    def _os_error(self, exc: OSError, root: Root, op: str, display: str) -> WorkspaceError:
+        if root.fd < 0:
+            return err(op, display, WorkspaceReason.CLOSED, "workspace is closed")
+        return workspace_error_from_os(exc, op=op, path=display)
+
+    def _final(self, root: Root, rel: bytes, op: str, display: str) -> tuple[bytes, bytes, bool]:
+        """Split *rel* into (parent, final name, trailing slash) for name-level operations.
+
+        A trailing slash asks for the directory the name resolves to, following a final
+        symlink: that resolution is checked here (beneath the root) so ``link/`` with
+        ``link`` pointing outside is an escape, not an operation on ``link`` itself.
+        ``trailing`` is then True only when the name resolves to a directory or does
+        not exist.
+        """
+        parent, name, trailing = split_parent(rel)
+        dots = name in (b".", b"..")
+        if trailing or dots:
+            try:
+                os.close(self._open(root, rel, DIR, op=op, display=display))
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                raise self._os_error(exc, root, op, display) from exc
+        if dots:
+            raise err(op, display, WorkspaceReason.BAD_NAME, "no final name to act on")
+        return parent, name, trailing
+
+    def _parent_fd(self, root: Root, parent: bytes, *, create: bool, op: str, display: str) -> int:
+        """Open the parent directory beneath *root*, creating missing levels if asked."""
+        try:
+            return self._open(root, parent, DIR, op=op, display=display)
+        except FileNotFoundError:
+            if not create:
+                raise
+        missing: list[bytes] = []
+        cur = parent
+        while True:
+            up, name, _ = split_parent(cur)
+            if name in (b".", b"..") or len(missing) >= _MAX_PARENT_DEPTH:
+                raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT))
+            missing.append(name)
+            try:
+                fd = self._open(root, up, DIR, op=op, display=display)
+                break
+            except FileNotFoundError:
+                cur = up
+        try:
+            for name in reversed(missing):
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(name, 0o777, dir_fd=fd)
+                nxt = os.open(name, DIR | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+                os.close(fd)
+                fd = nxt
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    # -- reads ------------------------------------------------------------------------
+
+    def _open_regular(self, root: Root, rel: bytes, op: str, display: str) -> tuple[int, int]:
+        fd = self._open(root, rel, READ, op=op, display=display)
+        st = os.fstat(fd)
+        if not _S_ISREG(st.st_mode):
+            os.close(fd)
+            if _S_ISDIR(st.st_mode):
+                raise err(op, display, WorkspaceReason.IS_A_DIRECTORY, "is a directory")
+            raise err(op, display, WorkspaceReason.SPECIAL_FILE, "not a regular file")
+        return fd, st.st_size

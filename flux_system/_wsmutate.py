@@ -1,0 +1,361 @@
+"""The mutating operations of :class:`~flux_system.Workspace` (a private mixin)."""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from collections.abc import Callable
+
+from flux_system._atomic import replace_atomically, write_all
+from flux_system._exceptions import ConfinementReason, PathEscapeError, WorkspaceReason
+from flux_system._pathname import check_target, split_parent
+from flux_system._rmtree import remove_tree
+from flux_system._roots import Root
+from flux_system._wsbase import DIR, PATH, Data, WorkspaceBase, check_data, err
+
+__all__ = ["Mutations"]
+
+_COPY_CHUNK = 1 << 20
+_MAX_DEPTH = 2048  # PATH_MAX / 2: the deepest a directory can sit beneath a root
+_APPEND = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_NOCTTY
+_UP = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
+
+
+def _copy_fd(src: int, dst: int) -> None:
+    while chunk := os.read(src, _COPY_CHUNK):
+        write_all(dst, chunk)
+
+
+class Mutations(WorkspaceBase):
+    """Writes, creation, removal, rename, links and modes (see ``Workspace``)."""
+
+    def write_bytes(
+        self, path: str | os.PathLike[str], data: Data, *, create_parents: bool = True
+    ) -> None:
+        """Atomically replace (or create) the file *path* with *data*.
+
+        A temporary file is created ``O_EXCL`` in the destination directory's fd,
+        written, fsynced and renamed over the name. Guarantee: readers see the old or
+        the new content, never a mix; on any failure nothing partial is left; the
+        replaced file's permission bits are kept (setuid/setgid dropped); an inode
+        shared with another name is never modified (the name is replaced: the other
+        name keeps the old content); a symlink at *path* is replaced itself, never
+        written through. Missing parent directories are created beneath the root
+        unless ``create_parents=False``. Not guaranteed: durability of the rename
+        itself (the directory is not fsynced).
+
+        Raises:
+            TypeError: *data* is not bytes-like.
+            PathEscapeError, InvalidPathError, NotFoundError (missing parent with
+            ``create_parents=False``), WorkspaceError: ``READ_ONLY``,
+            ``IS_A_DIRECTORY``, ``BAD_NAME``, ``NO_SPACE``, ...
+        """
+        op = "write_bytes"
+        payload = check_data(data)
+        root, rel, display = self._locate(path, op, write=True)
+        self._replace(
+            root,
+            rel,
+            display=display,
+            op=op,
+            fill=lambda fd: write_all(fd, payload),
+            mode=None,
+            create_parents=create_parents,
+        )
+
+    def _replace(
+        self,
+        root: Root,
+        rel: bytes,
+        *,
+        display: str,
+        op: str,
+        fill: Callable[[int], None],
+        mode: int | None,
+        create_parents: bool,
+    ) -> None:
+        parent, name, trailing = self._final(root, rel, op, display)
+        if trailing:
+            raise err(op, display, WorkspaceReason.IS_A_DIRECTORY, "path ends with '/'")
+        try:
+            pfd = self._parent_fd(root, parent, create=create_parents, op=op, display=display)
+            try:
+                replace_atomically(pfd, name, fill, mode=mode, op=op, display=display)
+            finally:
+                os.close(pfd)
+        except OSError as exc:
+            raise self._os_error(exc, root, op, display) from exc
+
+    def append_bytes(self, path: str | os.PathLike[str], data: Data) -> None:
+        """Append *data* to the regular file *path* (created if missing).
+
+        A final symlink is followed beneath the root. Guarantee: refuses a file whose
+        inode another name shares (``HARD_LINK``) and anything not a regular file
+        (``SPECIAL_FILE``; a FIFO without reader is refused without blocking) before
+        writing a byte. Not guaranteed: atomicity — a failed append (disk full) may
+        leave part of *data* appended.
+
+        Raises:
+            TypeError, PathEscapeError, InvalidPathError, NotFoundError,
+            WorkspaceError: ``HARD_LINK``, ``SPECIAL_FILE``, ``READ_ONLY``, ...
+        """
+        op = "append_bytes"
+        payload = check_data(data)
+        root, rel, display = self._locate(path, op, write=True)
+        if rel.endswith(b"/"):
+            self._final(root, rel, op, display)  # escape or NOT_A_DIRECTORY first
+            raise err(op, display, WorkspaceReason.IS_A_DIRECTORY, "path ends with '/'")
+        try:
+            fd = self._open(root, rel, _APPEND, 0o666, op=op, display=display)
+            try:
+                st = os.fstat(fd)
+                if not stat.S_ISREG(st.st_mode):
+                    raise err(op, display, WorkspaceReason.SPECIAL_FILE, "not a regular file")
+                if st.st_nlink > 1:
+                    raise err(op, display, WorkspaceReason.HARD_LINK, "inode shared by a name")
+                write_all(fd, payload)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise self._os_error(exc, root, op, display) from exc
+
+    def copy(
+        self,
+        src: str | os.PathLike[str],
+        dst: str | os.PathLike[str],
+        *,
+        create_parents: bool = True,
+    ) -> None:
+        """Copy the regular file *src* (any root) to *dst* atomically (as :meth:`write_bytes`).
+
+        The new file takes the permission bits of a replaced *dst*, else those of *src*
+        (setuid/setgid dropped). Guarantee: as :meth:`read_bytes` for *src* and
+        :meth:`write_bytes` for *dst*.
+        """
+        op = "copy"
+        sroot, srel, sdisplay = self._locate(src, op)
+        droot, drel, ddisplay = self._locate(dst, op, write=True)
+        try:
+            sfd, _ = self._open_regular(sroot, srel, op, sdisplay)
+        except OSError as exc:
+            raise self._os_error(exc, sroot, op, sdisplay) from exc
+        try:
+            mode = stat.S_IMODE(os.fstat(sfd).st_mode) & 0o777
+            self._replace(
+                droot,
+                drel,
+                display=ddisplay,
+                op=op,
+                fill=lambda fd: _copy_fd(sfd, fd),
+                mode=mode,
+                create_parents=create_parents,
+            )
+        finally:
+            os.close(sfd)
+
+    def mkdir(
+        self, path: str | os.PathLike[str], *, parents: bool = True, exist_ok: bool = True
+    ) -> None:
+        """Create the directory *path* beneath its root (and missing parents if asked).
+
+        With ``exist_ok`` an existing directory (a symlink to one beneath the root
+        included) is success; anything else at that name is ``EXISTS``.
+
+        Raises:
+            PathEscapeError, InvalidPathError, NotFoundError (missing parent with
+            ``parents=False``), WorkspaceError: ``EXISTS``, ``READ_ONLY``, ...
+        """
+        op = "mkdir"
+        root, rel, display = self._locate(path, op, write=True)
+        try:
+            parent, name, _ = split_parent(rel)
+            if name in (b".", b".."):
+                if self._probe_dir(root, rel, op, display) and exist_ok:
+                    return
+                raise err(op, display, WorkspaceReason.EXISTS, "exists")
+            self._final(root, rel, op, display)  # "link/": the link must resolve beneath
+            pfd = self._parent_fd(root, parent, create=parents, op=op, display=display)
+            try:
+                os.mkdir(name, 0o777, dir_fd=pfd)
+            except FileExistsError:
+                if not (exist_ok and self._probe_dir(root, rel, op, display)):
+                    raise
+            finally:
+                os.close(pfd)
+        except OSError as exc:
+            raise self._os_error(exc, root, op, display) from exc
+
+    def _probe_dir(self, root: Root, rel: bytes, op: str, display: str) -> bool:
+        try:
+            fd = self._open(root, rel, DIR, op=op, display=display)
+        except OSError as exc:
+            if exc.errno in (errno.ENOTDIR, errno.ENOENT):
+                return False
+            raise
+        os.close(fd)
+        return True
+
+    def remove(self, path: str | os.PathLike[str], *, recursive: bool = False) -> None:
+        """Remove the file, symlink or (empty, or with *recursive* any) directory *path*.
+
+        A final symlink is removed itself, never followed. Guarantee: a recursive
+        removal walks by directory fd and never enters a symlink, even one swapped in
+        for a directory mid-walk; nothing outside the root is touched.
+
+        Raises:
+            PathEscapeError, InvalidPathError, NotFoundError,
+            WorkspaceError: ``NOT_EMPTY``, ``BAD_NAME`` (``.``, ``..``, the root),
+            ``READ_ONLY``, ...
+        """
+        op = "remove"
+        root, rel, display = self._locate(path, op, write=True)
+        parent, name, trailing = self._final(root, rel, op, display)
+        try:
+            pfd = self._open(root, parent, DIR, op=op, display=display)
+            try:
+                if trailing and not stat.S_ISDIR(
+                    os.stat(name, dir_fd=pfd, follow_symlinks=False).st_mode
+                ):
+                    raise err(op, display, WorkspaceReason.NOT_A_DIRECTORY, "not a directory")
+                try:
+                    os.unlink(name, dir_fd=pfd)
+                except OSError as exc:
+                    if exc.errno not in (errno.EISDIR, errno.EPERM):
+                        raise
+                    if recursive:
+                        remove_tree(pfd, name, op=op, display=display)
+                    else:
+                        os.rmdir(name, dir_fd=pfd)
+            finally:
+                os.close(pfd)
+        except OSError as exc:
+            raise self._os_error(exc, root, op, display) from exc
+
+    def rename(self, src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
+        """Rename *src* to *dst* within one root (``renameat``; *dst* is replaced).
+
+        Neither final component is followed. Guarantee: both names resolve beneath the
+        same writable root.
+
+        Raises:
+            PathEscapeError, InvalidPathError, NotFoundError,
+            WorkspaceError: ``CROSS_ROOT``, ``NOT_EMPTY``, ``BAD_NAME``, ``READ_ONLY``.
+        """
+        op = "rename"
+        sroot, srel, sdisplay = self._locate(src, op, write=True)
+        droot, drel, ddisplay = self._locate(dst, op, write=True)
+        if sroot is not droot:
+            raise err(op, ddisplay, WorkspaceReason.CROSS_ROOT, "src and dst in different roots")
+        sparent, sname, strailing = self._final(sroot, srel, op, sdisplay)
+        dparent, dname, dtrailing = self._final(droot, drel, op, ddisplay)
+        try:
+            sfd = self._open(sroot, sparent, DIR, op=op, display=sdisplay)
+            try:
+                if (strailing or dtrailing) and not stat.S_ISDIR(
+                    os.stat(sname, dir_fd=sfd, follow_symlinks=False).st_mode
+                ):
+                    raise err(op, sdisplay, WorkspaceReason.NOT_A_DIRECTORY, "not a directory")
+                dfd = self._open(droot, dparent, DIR, op=op, display=ddisplay)
+                try:
+                    os.rename(sname, dname, src_dir_fd=sfd, dst_dir_fd=dfd)
+                finally:
+                    os.close(dfd)
+            finally:
+                os.close(sfd)
+        except OSError as exc:
+            raise self._os_error(exc, sroot, op, sdisplay) from exc
+
+    def symlink(self, target: str | os.PathLike[str], path: str | os.PathLike[str]) -> None:
+        """Create the symlink *path* -> *target*.
+
+        Guarantee: refused unless *target* is relative and lexically stays beneath the
+        root from the link's physical directory (``..`` never above the root), so the
+        link is harmless even to a consumer that follows links with host semantics.
+        Not guaranteed: what later changes to intermediate components do to a host
+        consumer (our own resolution stays beneath the root regardless).
+
+        Raises:
+            PathEscapeError: ``ABSOLUTE_SYMLINK``, ``ESCAPE``;
+            InvalidPathError, NotFoundError, WorkspaceError: ``EXISTS``, ...
+        """
+        op = "symlink"
+        raw_target = check_target(target, op=op)
+        root, rel, display = self._locate(path, op, write=True)
+        parent, name, trailing = self._final(root, rel, op, display)
+        if trailing:
+            name += b"/"  # the kernel refuses it (EEXIST or ENOENT); never followed
+        try:
+            pfd = self._open(root, parent, DIR, op=op, display=display)
+            try:
+                depth = self._depth(root, pfd, op, display)
+                for part in raw_target.split(b"/"):
+                    if part == b"..":
+                        depth -= 1
+                        if depth < 0:
+                            raise PathEscapeError(
+                                f"{op}: target leaves the root",
+                                op=op,
+                                path=display,
+                                reason=ConfinementReason.ESCAPE,
+                            )
+                    elif part not in (b"", b"."):
+                        depth += 1
+                os.symlink(raw_target, name, dir_fd=pfd)
+            finally:
+                os.close(pfd)
+        except OSError as exc:
+            raise self._os_error(exc, root, op, display) from exc
+
+    def _depth(self, root: Root, dirfd: int, op: str, display: str) -> int:
+        """How many levels *dirfd* physically sits beneath *root* (walks ``..`` by fd)."""
+        top = os.fstat(root.fd)
+        cur = os.dup(dirfd)
+        try:
+            for depth in range(_MAX_DEPTH):
+                st = os.fstat(cur)
+                if st.st_ino == top.st_ino and st.st_dev == top.st_dev:
+                    return depth
+                up = os.open("..", _UP, dir_fd=cur)
+                os.close(cur)
+                cur = up
+                up_st = os.fstat(cur)
+                if up_st.st_ino == st.st_ino and up_st.st_dev == st.st_dev:
+                    break  # reached "/" without meeting the root
+        finally:
+            os.close(cur)
+        raise PathEscapeError(
+            f"{op}: directory not beneath the root",
+            op=op,
+            path=display,
+            reason=ConfinementReason.ESCAPE,
+        )
+
+    def chmod(self, path: str | os.PathLike[str], mode: int) -> None:
+        """Set the permission bits of *path* (a final symlink followed beneath the root).
+
+        Guarantee: the inode changed is the one resolved beneath the root (changed
+        through its fd's ``/proc/self/fd`` entry, never by re-resolving the path).
+        setuid/setgid bits are refused.
+
+        Raises:
+            TypeError, ValueError: *mode* not an int within ``0o1777``.
+            PathEscapeError, InvalidPathError, NotFoundError,
+            WorkspaceError: ``READ_ONLY``, ``UNSUPPORTED`` without ``/proc``.
+        """
+        op = "chmod"
+        if not isinstance(mode, int) or isinstance(mode, bool):
+            raise TypeError(f"mode must be int, not {type(mode).__name__}")
+        if not 0 <= mode <= 0o1777:
+            raise ValueError("mode must be within 0o1777 (no setuid/setgid)")
+        root, rel, display = self._locate(path, op, write=True)
+        try:
+            fd = self._open(root, rel, PATH, op=op, display=display)
+            try:
+                os.chmod(f"/proc/self/fd/{fd}", mode)
+            except FileNotFoundError:
+                raise err(op, display, WorkspaceReason.UNSUPPORTED, "/proc not mounted") from None
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise self._os_error(exc, root, op, display) from exc
