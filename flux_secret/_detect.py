@@ -6,8 +6,10 @@ PEM private-key blocks and well-known token prefixes. They **add** to registrati
 never replace it: a registered secret is masked whatever its shape.
 
 Every detector has a maximum match length (``max_length``, checked against the regex by
-the tests), so a stream needs to hold back only that many bytes to decide a match, and
-each value is masked even when it runs past the limit (the limit only ends the match).
+the tests), so a stream needs to hold back only that many bytes to decide a match. A
+value longer than its detector's limit still matches — the limit ends the masked span
+(4096 bytes for assignments and bearer tokens, 16 KiB for a PEM body), and whatever
+runs past it is not masked by detection (registration has no such limit).
 Matches are found as ``re.finditer`` finds them over the whole text (leftmost, then
 resuming after the match): :func:`detect` reproduces exactly that sequence in a stream,
 accepting a match only once the bytes that decide it have arrived.
@@ -50,9 +52,9 @@ _SECRET_WORD = (
 )
 _VALUE = (
     # double-quoted (JSON): the closing quote is optional, so an over-long value is masked
-    rb"(?:\"(?P<v1>(?:\\.|[^\"\\\r\n]){1,1024})"
-    rb"|'(?P<v2>[^'\r\n]{1,1024})"
-    rb"|(?P<v3>[^\s\"',;&<>{}\[\]]{1,1024}))"
+    rb"(?:\"(?P<v1>(?:\\.|[^\"\\\r\n]){1,4096})"
+    rb"|'(?P<v2>[^'\r\n]{1,4096})"
+    rb"|(?P<v3>[^\s\"',;&<>{}\[\]]{1,4096}))"
 )
 
 DEFAULT_DETECTORS: tuple[Detector, ...] = (
@@ -64,7 +66,7 @@ DEFAULT_DETECTORS: tuple[Detector, ...] = (
             + rb"[A-Za-z0-9_.\-]{0,32}[\"']?[ \t]{0,4}(?:=|:)[ \t]{0,4}"
             + _VALUE
         ),
-        1 + 15 + 32 + 1 + 4 + 1 + 4 + 1 + 2 * 1024,
+        1 + 15 + 32 + 1 + 4 + 1 + 4 + 1 + 2 * 4096,
     ),
     Detector(
         "authorization",
@@ -116,7 +118,7 @@ def _spans(match: re.Match[bytes], base: int, name: str) -> list[Interval]:
     for group, value in match.groupdict().items():
         if value is not None and group.startswith("v"):
             s, e = match.span(group)
-            out.append((base + s, base + e, (name,)))
+            out.append((base + s, base + e, (f"detected:{name}",)))
     return out
 
 

@@ -6,7 +6,7 @@ from flux_secret import Redactor, variants
 
 SECRETS: dict[str, str | bytes] = {
     "ascii": "hunter2-Pa55word",
-    "b64-specials": "s3cr3t/Pa+ss\"w\\rd!~?",  # differs in the std and URL-safe alphabets
+    "b64-specials": 's3cr3t/Pa+ss"w\\rd!~?',  # differs in the std and URL-safe alphabets
     "unicode": "pässwörd-秘密-ñ",
     "binary": b"\xff\xfe\x00raw-\x80bytes\xc3",  # not UTF-8
     "multiline": "-----FIRST-LINE-abc\nsecond-line-xyz12\nshort\n",

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from flux_secret import (
-    RefReason,
     Redactor,
+    RefReason,
     ResolutionError,
     ResolutionReason,
     SecretRef,

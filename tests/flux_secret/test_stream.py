@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -54,7 +56,7 @@ def test_every_two_chunk_split_text(name: str, pattern: bytes) -> None:
 
 def _chunks(data: bytes, cuts: list[int]) -> list[bytes]:
     points = sorted({0, len(data), *(c % (len(data) + 1) for c in cuts)})
-    return [data[a:b] for a, b in zip(points, points[1:], strict=False)] or [b""]
+    return [data[a:b] for a, b in itertools.pairwise(points)] or [b""]
 
 
 pieces = st.lists(
@@ -83,7 +85,7 @@ def test_random_chunkings_text(parts: list[bytes], cuts: list[int]) -> None:
     text = b"".join(parts).decode("utf-8", "surrogateescape")
     whole = RED.redact(text)
     points = sorted({0, len(text), *(c % (len(text) + 1) for c in cuts)})
-    chunks = [text[a:b] for a, b in zip(points, points[1:], strict=False)] or [""]
+    chunks = [text[a:b] for a, b in itertools.pairwise(points)] or [""]
     assert _run(RED, chunks) == whole
 
 

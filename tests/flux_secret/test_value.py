@@ -16,15 +16,15 @@ RAW = "do-not-show-me-9f3a"
 @pytest.mark.parametrize("raw", [RAW, RAW.encode()])
 def test_renderings_hide_the_value(raw: str | bytes) -> None:
     value = SecretValue(raw, name="env/X")
-    text = RAW if isinstance(raw, str) else RAW
+    text = RAW
     renderings = [
         repr(value),
         str(value),
         f"{value}",
         f"{value!r}",
         f"{value:>40}",
-        "%s %r" % (value, value),
-        "{} {!r}".format(value, value),
+        "%s %r" % (value, value),  # noqa: UP031 - the %-operator path on purpose
+        "{} {!r}".format(value, value),  # noqa: UP032 - str.format on purpose
         repr([value, {"k": value}]),
         str(ValueError(value)),
         repr(ValueError(value)),
