@@ -86,7 +86,12 @@ def test_issue_example(ev: type) -> None:
     assert d.effect is Effect.DENY and d.determining_rules == ("no-dotenv",)
     assert [e.reason for e in d.errors] == [EvalErrorReason.MISSING_ATTRIBUTE]
     # not a dev, not enough trust, missing scope, expired: default deny
-    for over in ({"subject": "user:eve"}, {"trust": "untrusted"}, {"scopes": set()}):
+    overrides: list[dict[str, Any]] = [
+        {"subject": "user:eve"},
+        {"trust": "untrusted"},
+        {"scopes": set()},
+    ]
+    for over in overrides:
         d = decide(p, ev, resource="workspace/src/a.py", **{**ok, **over})
         assert d.effect is Effect.DENY and d.determining_rules == ()
     later = dt.datetime(2027, 1, 1, tzinfo=dt.UTC)
@@ -270,7 +275,12 @@ def test_explain_trace_covers_every_rule(ev: type) -> None:
     p = load_policy_string(ISSUE_POLICY)
     d = ev(p).evaluate(
         Request(
-            "user:alice", "fs.read", "workspace/src/.env", trust="low", scopes={"repo"}, now=NOW
+            "user:alice",
+            "fs.read",
+            "workspace/src/.env",
+            trust="low",
+            scopes=frozenset({"repo"}),
+            now=NOW,
         ),
         explain=True,
     )
