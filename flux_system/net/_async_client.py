@@ -6,7 +6,7 @@ import datetime
 import ssl
 import time
 from collections.abc import Awaitable, Callable, Collection, Mapping
-from typing import Any, final
+from typing import Any, cast, final
 
 import anyio
 import httpx
@@ -63,6 +63,31 @@ class GuardedAsyncClient(httpx.AsyncClient):
         self._clock = clock
         self._wall_clock = wall_clock
         self._sleep = sleep
+
+    async def request(self, method: str, url: httpx.URL | str, **kwargs: Any) -> GuardedResponse:
+        """As :meth:`httpx.Client.request`; returns a :class:`GuardedResponse`."""
+        return cast(GuardedResponse, await super().request(method, url, **kwargs))
+
+    async def get(self, url: httpx.URL | str, **kwargs: Any) -> GuardedResponse:
+        return cast(GuardedResponse, await super().get(url, **kwargs))
+
+    async def options(self, url: httpx.URL | str, **kwargs: Any) -> GuardedResponse:
+        return cast(GuardedResponse, await super().options(url, **kwargs))
+
+    async def head(self, url: httpx.URL | str, **kwargs: Any) -> GuardedResponse:
+        return cast(GuardedResponse, await super().head(url, **kwargs))
+
+    async def post(self, url: httpx.URL | str, **kwargs: Any) -> GuardedResponse:
+        return cast(GuardedResponse, await super().post(url, **kwargs))
+
+    async def put(self, url: httpx.URL | str, **kwargs: Any) -> GuardedResponse:
+        return cast(GuardedResponse, await super().put(url, **kwargs))
+
+    async def patch(self, url: httpx.URL | str, **kwargs: Any) -> GuardedResponse:
+        return cast(GuardedResponse, await super().patch(url, **kwargs))
+
+    async def delete(self, url: httpx.URL | str, **kwargs: Any) -> GuardedResponse:
+        return cast(GuardedResponse, await super().delete(url, **kwargs))
 
     def build_request(self, method: str, url: httpx.URL | str, **kwargs: Any) -> httpx.Request:
         """Build a request; a URL given as text is first parsed strictly (no lookup).

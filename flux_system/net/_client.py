@@ -6,7 +6,7 @@ import datetime
 import ssl
 import time
 from collections.abc import Callable, Collection, Mapping
-from typing import Any, final
+from typing import Any, cast, final
 
 import httpx
 
@@ -76,6 +76,31 @@ class GuardedClient(httpx.Client):
         self._clock = clock
         self._wall_clock = wall_clock
         self._sleep = sleep
+
+    def request(self, method: str, url: httpx.URL | str, **kwargs: Any) -> GuardedResponse:
+        """As :meth:`httpx.Client.request`; returns a :class:`GuardedResponse`."""
+        return cast(GuardedResponse, super().request(method, url, **kwargs))
+
+    def get(self, url: httpx.URL | str, **kwargs: Any) -> GuardedResponse:
+        return cast(GuardedResponse, super().get(url, **kwargs))
+
+    def options(self, url: httpx.URL | str, **kwargs: Any) -> GuardedResponse:
+        return cast(GuardedResponse, super().options(url, **kwargs))
+
+    def head(self, url: httpx.URL | str, **kwargs: Any) -> GuardedResponse:
+        return cast(GuardedResponse, super().head(url, **kwargs))
+
+    def post(self, url: httpx.URL | str, **kwargs: Any) -> GuardedResponse:
+        return cast(GuardedResponse, super().post(url, **kwargs))
+
+    def put(self, url: httpx.URL | str, **kwargs: Any) -> GuardedResponse:
+        return cast(GuardedResponse, super().put(url, **kwargs))
+
+    def patch(self, url: httpx.URL | str, **kwargs: Any) -> GuardedResponse:
+        return cast(GuardedResponse, super().patch(url, **kwargs))
+
+    def delete(self, url: httpx.URL | str, **kwargs: Any) -> GuardedResponse:
+        return cast(GuardedResponse, super().delete(url, **kwargs))
 
     def build_request(self, method: str, url: httpx.URL | str, **kwargs: Any) -> httpx.Request:
         """Build a request; a URL given as text is first parsed strictly (no lookup).

@@ -112,10 +112,12 @@ class LoopbackHTTP:
             def record(sslobj: ssl.SSLObject, name: str | None, ctx: ssl.SSLContext) -> None:
                 self.sni.append(name)
 
-            self.tls.sni_callback = record  # type: ignore[assignment]
+            self.tls.sni_callback = record
             self._server.tls = self.tls
         self.port = self._server.server_address[1]
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
         self._thread.start()
         return self
 
