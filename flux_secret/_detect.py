@@ -17,13 +17,16 @@ accepting a match only once the bytes that decide it have arrived.
 
 from __future__ import annotations
 
+import bisect
 import re
 import typing
 from dataclasses import dataclass
 
+import ahocorasick_rs
+
 from flux_secret._matcher import Interval
 
-__all__ = ["DEFAULT_DETECTORS", "Detector", "detect"]
+__all__ = ["DEFAULT_DETECTORS", "Detector", "DetectorSet", "detect"]
 
 LOOKBEHIND = 8  # bytes of context a detector may look at before a match (>= any (?<!..))
 _LOOKAHEAD = 4  # one byte to end a greedy repeat + 3 to widen to a UTF-8 boundary
@@ -34,16 +37,27 @@ _LOOKAHEAD = 4  # one byte to end a greedy repeat + 3 to widen to a UTF-8 bounda
 class Detector:
     """A named byte regex; the spans of its ``v*`` groups are what gets masked.
 
+    *anchors* (lower-case byte strings) make detection fast: every match must contain
+    one of them, case-insensitively, starting at most *anchor_offset* bytes after the
+    match start. The regex is then tried only at those few positions (one
+    Aho-Corasick pass finds them for all detectors) instead of at every byte; the
+    matches found are exactly those of ``re.finditer``. Without anchors the regex
+    searches every position.
+
     Guarantee: ``max_length`` bounds the length of any match of ``pattern`` (the tests
     check it against the parsed regex), which bounds a stream's hold-back.
 
     Not guaranteed: detection is heuristic — it can miss a credential in an unusual
-    shape and mask a harmless value that looks like one.
+    shape and mask a harmless value that looks like one. Wrong anchors (a match
+    without one) make a detector miss matches; the tests check the shipped ones
+    against the plain regex search.
     """
 
     name: str
     pattern: re.Pattern[bytes]
     max_length: int
+    anchors: tuple[bytes, ...] = ()
+    anchor_offset: int = 0
 
 
 _SECRET_WORD = (
@@ -67,6 +81,10 @@ DEFAULT_DETECTORS: tuple[Detector, ...] = (
             + _VALUE
         ),
         1 + 15 + 32 + 1 + 4 + 1 + 4 + 1 + 2 * 4096,
+        (
+            *(b"pass", b"pwd", b"secret", b"token", b"api", b"access", b"private"),
+            *(b"credential", b"client", b"auth", b"session"),
+        ),
     ),
     Detector(
         "authorization",
@@ -75,6 +93,7 @@ DEFAULT_DETECTORS: tuple[Detector, ...] = (
             rb"(?P<v1>[A-Za-z0-9._~+/\-]{8,4096}={0,2})"
         ),
         6 + 4 + 4096 + 2 + 1,
+        (b"bearer", b"basic", b"digest"),
     ),
     Detector(
         "url_password",
@@ -82,6 +101,8 @@ DEFAULT_DETECTORS: tuple[Detector, ...] = (
             rb"(?i)\b[a-z][a-z0-9+.\-]{0,15}://[^\s:/?#@\[\]]{0,256}:(?P<v1>[^\s/?#@]{1,256})@"
         ),
         16 + 3 + 256 + 1 + 256 + 1,
+        (b"://",),
+        16,  # the scheme before "://"
     ),
     Detector(
         "private_key",
@@ -90,6 +111,7 @@ DEFAULT_DETECTORS: tuple[Detector, ...] = (
             rb"(?P<v1>(?:(?!-----END)[A-Za-z0-9+/=:,.\-\s]){1,16384})"
         ),
         11 + 3 * 17 + 11 + 6 + 5 + 16384 + 8,  # + the 8-byte lookahead for -----END
+        (b"-----begin ",),
     ),
     Detector(
         "token",
@@ -109,6 +131,10 @@ DEFAULT_DETECTORS: tuple[Detector, ...] = (
             rb")"
         ),
         11 + 255,
+        (
+            *(b"gh", b"github_pat_", b"glpat-", b"xox", b"xapp-", b"akia", b"asia"),
+            *(b"sk-", b"sk_", b"rk_", b"aiza", b"npm_", b"pypi-"),
+        ),
     ),
 )
 
@@ -122,8 +148,38 @@ def _spans(match: re.Match[bytes], base: int, name: str) -> list[Interval]:
     return out
 
 
+@typing.final
+class DetectorSet:
+    """The detectors of a redactor and one automaton over all their anchors."""
+
+    __slots__ = ("_ac", "_owners", "detectors")
+
+    def __init__(self, detectors: tuple[Detector, ...]) -> None:
+        self.detectors = detectors
+        owners: dict[bytes, list[int]] = {}
+        for i, det in enumerate(detectors):
+            for anchor in det.anchors:
+                owners.setdefault(anchor.lower(), []).append(i)
+        keys = list(owners)
+        self._owners = [owners[k] for k in keys]
+        self._ac = (
+            ahocorasick_rs.BytesAhoCorasick(keys, matchkind=ahocorasick_rs.MatchKind.Standard)
+            if keys
+            else None
+        )
+
+    def candidates(self, data: bytes) -> list[list[int]]:
+        """Per detector, the sorted positions where a match could start."""
+        per: list[set[int]] = [set() for _ in self.detectors]
+        if self._ac is not None:
+            for pid, s, _e in self._ac.find_matches_as_indexes(data.lower(), overlapping=True):
+                for i in self._owners[pid]:
+                    per[i].update(range(max(0, s - self.detectors[i].anchor_offset), s + 1))
+        return [sorted(c) for c in per]
+
+
 def detect(
-    detectors: tuple[Detector, ...],
+    dset: DetectorSet,
     data: bytes,
     base: int,
     positions: list[int],
@@ -136,19 +192,57 @@ def detect(
     past every match accepted. A match is accepted only when decided: the bytes from
     its start to ``max_length + _LOOKAHEAD`` past it are all in *data*, or *final*.
     Positions before the returned frontier that are not inside a match are decided
-    non-matches, so the concatenated results of a stream equal one call on the whole.
+    non-matches, so the concatenated results of a stream equal one call on the whole
+    (and both equal ``re.finditer`` over the whole).
     """
     out: list[Interval] = []
     size = len(data)
-    for i, det in enumerate(detectors):
+    cands = dset.candidates(data)
+    for i, det in enumerate(dset.detectors):
         pos = positions[i] - base
         decided = size if final else size - det.max_length - _LOOKAHEAD
-        while pos <= size:
-            m = det.pattern.search(data, pos)
-            if m is None or (not final and m.start() > decided):
-                pos = max(pos, min(decided, size))
-                break
-            out.extend(_spans(m, base, det.name))
-            pos = m.end() if m.end() > m.start() else m.start() + 1
-        positions[i] = base + pos
+        if det.anchors:
+            pos = _scan_anchored(
+                det, data, base=base, pos=pos, cands=cands[i], decided=decided, out=out
+            )
+        else:
+            pos = _scan_plain(det, data, base=base, pos=pos, decided=decided, out=out)
+        positions[i] = base + max(pos, min(decided, size))
     return out
+
+
+def _scan_anchored(
+    det: Detector,
+    data: bytes,
+    *,
+    base: int,
+    pos: int,
+    cands: list[int],
+    decided: int,
+    out: list[Interval],
+) -> int:
+    idx = bisect.bisect_left(cands, pos)
+    while idx < len(cands):
+        start = cands[idx]
+        if start > decided:
+            break
+        m = det.pattern.match(data, start)
+        if m is not None and m.end() > start:
+            out.extend(_spans(m, base, det.name))
+            pos = m.end()
+            idx = bisect.bisect_left(cands, pos, idx)
+        else:
+            idx += 1
+    return pos
+
+
+def _scan_plain(
+    det: Detector, data: bytes, *, base: int, pos: int, decided: int, out: list[Interval]
+) -> int:
+    while pos <= len(data):
+        m = det.pattern.search(data, pos)
+        if m is None or m.start() > decided:
+            break
+        out.extend(_spans(m, base, det.name))
+        pos = m.end() if m.end() > m.start() else m.start() + 1
+    return pos

@@ -8,7 +8,7 @@ import typing
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from flux_secret._detect import Detector, detect
+from flux_secret._detect import Detector, DetectorSet, detect
 from flux_secret._exceptions import RegistrationError, RegistrationReason
 from flux_secret._matcher import Interval, Matcher, merge, snap_out
 from flux_secret._report import RedactionReport, _Tally
@@ -34,13 +34,11 @@ _NAME_OK = re.compile(r"[^\x00-\x1f\x7f]{1,128}")
 class _Snapshot:
     version: int
     matcher: Matcher
-    detectors: tuple[Detector, ...]
+    dset: DetectorSet
 
     @property
-    def hold_back(self) -> int:
-        """Bytes a stream must keep to decide every match (detectors included)."""
-        det = max((d.max_length for d in self.detectors), default=0)
-        return max(self.matcher.longest - 1, det)
+    def detectors(self) -> tuple[Detector, ...]:
+        return self.dset.detectors
 
 
 @typing.final
@@ -99,13 +97,13 @@ class Redactor:
         self._min_length = min_length
         self._marker = marker.encode("utf-8", "surrogatepass")
         self._named_marker = named_marker
-        self._detectors = tuple(detectors)
+        self._dset = DetectorSet(tuple(detectors))
         self._lock = threading.Lock()
         self._entries: dict[str, list[tuple[bytes, list[bytes]]]] = {}
         self._count = 0
         self._serial = 0
         self._version = 0
-        self._snap = _Snapshot(0, Matcher([], []), self._detectors)
+        self._snap = _Snapshot(0, Matcher([], []), self._dset)
         self._tally = _Tally()
 
     @property
@@ -230,7 +228,7 @@ class Redactor:
                             owners.setdefault(form, set()).add(name)
                 patterns = list(owners)
                 matcher = Matcher(patterns, [tuple(sorted(owners[p])) for p in patterns])
-                self._snap = _Snapshot(self._version, matcher, self._detectors)
+                self._snap = _Snapshot(self._version, matcher, self._dset)
             return self._snap
 
     def _marker_for(self, names: tuple[str, ...]) -> bytes:
@@ -242,7 +240,7 @@ class Redactor:
     def _intervals(self, snap: _Snapshot, data: bytes, *, text: bool) -> list[Interval]:
         found = snap.matcher.find(data)
         if snap.detectors:
-            found += detect(snap.detectors, data, 0, [0] * len(snap.detectors), final=True)
+            found += detect(snap.dset, data, 0, [0] * len(snap.detectors), final=True)
         if text and found:
             found = [snap_out(data, iv) for iv in found]
         return merge(found) if found else found

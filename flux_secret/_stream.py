@@ -114,7 +114,7 @@ class StreamRedactor:
             self._positions = [self._out] * len(snap.detectors)
         found = [(base + s, base + e, n) for s, e, n in snap.matcher.find(data)]
         if snap.detectors:
-            self._pending += detect(snap.detectors, data, base, self._positions, final=final)
+            self._pending += detect(snap.dset, data, base, self._positions, final=final)
             found += self._pending
         if text:
             found = [snap_out(data, iv, base) for iv in found]

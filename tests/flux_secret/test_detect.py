@@ -107,3 +107,28 @@ def test_detector_is_a_frozen_value() -> None:
     assert Redactor(detectors=[det]).redact("abcc") == "ab[redacted]"
     with pytest.raises(TypeError):
         Redactor(detectors=["nope"])  # type: ignore[list-item]
+
+
+PLAIN = tuple(
+    Detector(d.name, d.pattern, d.max_length) for d in DEFAULT_DETECTORS
+)  # same regexes, no anchor prefilter: plain re.finditer semantics
+
+
+@given(
+    parts=st.lists(
+        st.one_of(st.sampled_from(FRAGMENTS), st.binary(max_size=10)), min_size=1, max_size=12
+    )
+)
+def test_anchor_prefilter_finds_exactly_what_the_regex_finds(parts: list[bytes]) -> None:
+    data = b"".join(parts)
+    fast = Redactor(detectors=DEFAULT_DETECTORS, named_marker="<{names}>").redact_bytes(data)
+    plain = Redactor(detectors=PLAIN, named_marker="<{names}>").redact_bytes(data)
+    assert fast == plain
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
+def test_anchor_prefilter_on_vectors(case: dict[str, Any]) -> None:
+    text = case["text"]
+    assert Redactor(detectors=DEFAULT_DETECTORS).redact(text) == Redactor(detectors=PLAIN).redact(
+        text
+    )
