@@ -574,3 +574,24 @@ def test_invalid_paths_refused_before_syscall(ws: Workspace, root: Path) -> None
         with pytest.raises(TypeError, match="path"):
             ws.read_bytes(bad)  # type: ignore[arg-type]
     assert list(root.iterdir()) == []
+
+
+def test_forked_child_uses_its_copy(root: Path, resolver: str) -> None:
+    (root / "f").write_bytes(b"parent")
+    w = Workspace(root, resolver=resolver)
+    try:
+        pid = os.fork()
+        if pid == 0:  # child: use, then close its copy; never return into pytest
+            code = 1
+            try:
+                if w.read_bytes("f") == b"parent":
+                    w.write_bytes("from_child", b"c")
+                    w.close()
+                    code = 0
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert w.read_bytes("from_child") == b"c"  # the parent's copy is still open
+    finally:
+        w.close()

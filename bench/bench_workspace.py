@@ -1,0 +1,94 @@
+"""Workspace benchmarks: confined reads and resolution against their baselines.
+
+Ratios, measured side by side in one run (interleaved rounds, medians):
+
+1. confined small-file read (``ws.read_bytes``) vs plain ``open(path, "rb").read()``
+   (target <= 1.5x), for each resolver;
+2. confined read vs the naive "realpath, check prefix, then open" (target < 1.0x);
+3. resolution of a 20-component path (``ws.stat``, one open + fstat) vs
+   ``os.path.realpath`` of the same path.
+
+Run: ``python bench/bench_workspace.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench._common import record, side_by_side
+from flux_system import Workspace
+from flux_system._resolve import openat2_available
+
+NUMBER = 3000
+DEPTH = 20
+
+
+def _naive_read(root: str, rel: str) -> bytes:
+    real = os.path.realpath(os.path.join(root, rel))
+    if not real.startswith(root + os.sep):
+        raise PermissionError(rel)
+    with open(real, "rb") as fh:
+        return fh.read()
+
+
+def main() -> None:
+    figures: dict[str, float] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        root = os.path.realpath(tmp)
+        small = os.path.join(root, "src", "small.txt")
+        os.makedirs(os.path.dirname(small))
+        with open(small, "wb") as fh:
+            fh.write(b"x" * 512)
+        deep_rel = "/".join(f"d{i}" for i in range(DEPTH - 1)) + "/leaf"
+        os.makedirs(os.path.join(root, os.path.dirname(deep_rel)))
+        with open(os.path.join(root, deep_rel), "wb") as fh:
+            fh.write(b"leaf")
+        deep_abs = os.path.join(root, deep_rel)
+        resolvers = ["openat2", "walk"] if openat2_available() else ["walk"]
+        for name in resolvers:
+            with Workspace(root, resolver=name) as ws:
+
+                def plain() -> bytes:
+                    with open(small, "rb") as fh:
+                        return fh.read()
+
+                def confined(ws: Workspace = ws) -> bytes:
+                    return ws.read_bytes("src/small.txt")
+
+                def naive() -> bytes:
+                    return _naive_read(root, "src/small.txt")
+
+                assert confined() == plain() == naive()
+                r1 = side_by_side(confined, plain, number=NUMBER)
+                r2 = side_by_side(confined, naive, number=NUMBER)
+                r3 = side_by_side(
+                    lambda ws=ws: ws.stat(deep_rel),
+                    lambda: os.path.realpath(deep_abs),
+                    number=NUMBER // 3,
+                )
+                figures[f"{name}.read_vs_open"] = r1["ratio"]
+                figures[f"{name}.read_us"] = r1["candidate_s"] * 1e6
+                figures[f"{name}.open_us"] = r1["baseline_s"] * 1e6
+                figures[f"{name}.read_vs_naive"] = r2["ratio"]
+                figures[f"{name}.naive_us"] = r2["baseline_s"] * 1e6
+                figures[f"{name}.resolve20_vs_realpath"] = r3["ratio"]
+                figures[f"{name}.resolve20_us"] = r3["candidate_s"] * 1e6
+                figures[f"{name}.realpath20_us"] = r3["baseline_s"] * 1e6
+                print(
+                    f"{name:8s} read vs open(): {r1['ratio']:.2f}x "
+                    f"({r1['candidate_s'] * 1e6:.1f} us vs {r1['baseline_s'] * 1e6:.1f} us)  "
+                    f"read vs naive realpath+open: {r2['ratio']:.2f}x "
+                    f"({r2['baseline_s'] * 1e6:.1f} us)  "
+                    f"20-deep resolve vs realpath: {r3['ratio']:.2f}x "
+                    f"({r3['candidate_s'] * 1e6:.1f} us vs {r3['baseline_s'] * 1e6:.1f} us)"
+                )
+    record("workspace", figures)
+
+
+if __name__ == "__main__":
+    main()
