@@ -66,8 +66,12 @@ def main() -> None:
                 assert confined() == plain() == naive()
                 r1 = side_by_side(confined, plain, number=NUMBER)
                 r2 = side_by_side(confined, naive, number=NUMBER)
+
+                def deep(ws: Workspace = ws) -> object:
+                    return ws.stat(deep_rel)
+
                 r3 = side_by_side(
-                    lambda ws=ws: ws.stat(deep_rel),
+                    deep,
                     lambda: os.path.realpath(deep_abs),
                     number=NUMBER // 3,
                 )

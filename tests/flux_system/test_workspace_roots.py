@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -35,12 +36,13 @@ def test_named_root_is_read_only_by_default(root: Path, extra: Path, resolver: s
         with pytest.raises(WorkspaceError) as info:
             ws.write_bytes("@lib/new", b"x")
         assert info.value.reason is WorkspaceReason.READ_ONLY
-        for call in (
+        calls: list[Callable[[], object]] = [
             lambda: ws.remove("@lib/sub", recursive=True),
             lambda: ws.append_bytes("@lib/sub/f", b"x"),
             lambda: ws.chmod("@lib/sub/f", 0o600),
             lambda: ws.mkdir("@lib/d"),
-        ):
+        ]
+        for call in calls:
             with pytest.raises(WorkspaceError) as info:
                 call()
             assert info.value.reason is WorkspaceReason.READ_ONLY
@@ -91,9 +93,9 @@ def test_read_roots_by_absolute_path(root: Path, extra: Path, resolver: str) -> 
         with pytest.raises(WorkspaceError) as info:
             ws.write_bytes(str(extra / "new"), b"x")
         assert info.value.reason is WorkspaceReason.READ_ONLY
-        with pytest.raises(PathEscapeError) as info:
+        with pytest.raises(PathEscapeError) as escape:
             ws.read_bytes(str(extra / ".." / "root" / "x"))
-        assert info.value.reason is ConfinementReason.ESCAPE
+        assert escape.value.reason is ConfinementReason.ESCAPE
     assert not (extra / "new").exists()
 
 
