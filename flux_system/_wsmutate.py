@@ -269,11 +269,12 @@ class Mutations(WorkspaceBase):
     def symlink(self, target: str | os.PathLike[str], path: str | os.PathLike[str]) -> None:
         """Create the symlink *path* -> *target*.
 
-        Guarantee: refused unless *target* is relative and lexically stays beneath the
-        root from the link's physical directory (``..`` never above the root), so the
-        link is harmless even to a consumer that follows links with host semantics.
-        Not guaranteed: what later changes to intermediate components do to a host
-        consumer (our own resolution stays beneath the root regardless).
+        Guarantee: refused unless *target* is relative, lexically stays beneath the
+        root from the link's physical directory (``..`` never above the root), and
+        resolves beneath the root through the links that exist now (a dangling target
+        beneath the root is allowed). Not guaranteed: what later changes to
+        intermediate components do to a consumer that follows links with host
+        semantics (our own resolution stays beneath the root regardless).
 
         Raises:
             PathEscapeError: ``ABSOLUTE_SYMLINK``, ``ESCAPE``;
@@ -301,11 +302,39 @@ class Mutations(WorkspaceBase):
                             )
                     elif part not in (b"", b"."):
                         depth += 1
+                self._check_beneath(root, pfd, raw_target, op, display)
                 os.symlink(raw_target, name, dir_fd=pfd)
             finally:
                 os.close(pfd)
         except OSError as exc:
             raise self._os_error(exc, root, op, display) from exc
+
+    def _check_beneath(self, root: Root, pfd: int, target: bytes, op: str, display: str) -> None:
+        """Resolve *target* from the directory *pfd*, beneath *root*: escapes raise.
+
+        A target that does not exist (yet) beneath the root is allowed (dangling).
+        """
+        try:
+            here = os.readlink(f"/proc/self/fd/{pfd}")
+            top = os.readlink(f"/proc/self/fd/{root.fd}")
+        except FileNotFoundError:
+            raise err(op, display, WorkspaceReason.UNSUPPORTED, "/proc not mounted") from None
+        base = top.rstrip("/") + "/"
+        if here == top:
+            path = target
+        elif here.startswith(base):
+            path = os.fsencode(here[len(base) :]) + b"/" + target
+        else:
+            raise PathEscapeError(
+                f"{op}: directory not beneath the root",
+                op=op,
+                path=display,
+                reason=ConfinementReason.ESCAPE,
+            )
+        try:
+            os.close(self._open(root, path, PATH, op=op, display=display))
+        except (FileNotFoundError, NotADirectoryError):
+            pass
 
     def _depth(self, root: Root, dirfd: int, op: str, display: str) -> int:
         """How many levels *dirfd* physically sits beneath *root* (walks ``..`` by fd)."""
@@ -335,8 +364,9 @@ class Mutations(WorkspaceBase):
         """Set the permission bits of *path* (a final symlink followed beneath the root).
 
         Guarantee: the inode changed is the one resolved beneath the root (changed
-        through its fd's ``/proc/self/fd`` entry, never by re-resolving the path).
-        setuid/setgid bits are refused.
+        through its fd's ``/proc/self/fd`` entry, never by re-resolving the path), and
+        never one that another name shares (``HARD_LINK``: the other name may be
+        outside). setuid/setgid bits are refused.
 
         Raises:
             TypeError, ValueError: *mode* not an int within ``0o1777``.
@@ -352,6 +382,9 @@ class Mutations(WorkspaceBase):
         try:
             fd = self._open(root, rel, PATH, op=op, display=display)
             try:
+                st = os.fstat(fd)
+                if st.st_nlink > 1 and not stat.S_ISDIR(st.st_mode):
+                    raise err(op, display, WorkspaceReason.HARD_LINK, "inode shared by a name")
                 os.chmod(f"/proc/self/fd/{fd}", mode)
             except FileNotFoundError:
                 raise err(op, display, WorkspaceReason.UNSUPPORTED, "/proc not mounted") from None

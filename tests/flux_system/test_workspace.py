@@ -595,3 +595,22 @@ def test_forked_child_uses_its_copy(root: Path, resolver: str) -> None:
         assert w.read_bytes("from_child") == b"c"  # the parent's copy is still open
     finally:
         w.close()
+
+
+def test_symlink_refused_through_escaping_link(ws: Workspace, root: Path, outside: Path) -> None:
+    os.symlink("../outside", root / "ln")
+    with pytest.raises(PathEscapeError) as info:
+        ws.symlink("ln/canary", "new")
+    assert info.value.reason is ConfinementReason.ESCAPE
+    assert not os.path.lexists(root / "new")
+
+
+def test_chmod_refuses_hard_link(ws: Workspace, root: Path, outside: Path) -> None:
+    os.chmod(outside / "canary", 0o644)
+    os.link(outside / "canary", root / "hl")
+    with pytest.raises(WorkspaceError) as info:
+        ws.chmod("hl", 0o600)
+    assert info.value.reason is WorkspaceReason.HARD_LINK
+    assert stat.S_IMODE((outside / "canary").stat().st_mode) == 0o644
+    (root / "d").mkdir()
+    ws.chmod("d", 0o700)  # directories always have st_nlink >= 2
