@@ -20,7 +20,7 @@ __all__ = ["Interval", "Matcher", "merge", "snap_back", "snap_out"]
 Interval = tuple[int, int, tuple[str, ...]]
 
 _BLOCK = 4 << 20  # bytes searched per call: bounds the list of raw hits held at once
-_DFA_MAX_PATTERN_BYTES = 4 << 20  # above this a full DFA costs too much memory and build time
+_DFA_MAX_PATTERN_BYTES = 512 << 10  # a DFA costs ~400x its pattern bytes in memory: cap it
 
 
 @typing.final

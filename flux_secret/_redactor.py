@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import re
-import threading
 import typing
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from flux_secret._detect import Detector, DetectorSet, detect
 from flux_secret._exceptions import RegistrationError, RegistrationReason
-from flux_secret._matcher import Interval, Matcher, merge, snap_out
+from flux_secret._matcher import Interval, merge, snap_out
+from flux_secret._registry import Registry, Snapshot
 from flux_secret._report import RedactionReport, _Tally
 from flux_secret._value import SecretValue
 from flux_secret._variants import variants
@@ -25,20 +24,7 @@ __all__ = ["Redactor"]
 _DEFAULT_MIN_LENGTH = 8  # bytes: shorter values over-mask and make masking an oracle
 _MIN_LENGTH_FLOOR = 6  # no setting may go below this
 _MAX_SECRET_BYTES = 64 << 10  # a longer value would make a stream hold back too much
-_MAX_SECRETS = 100_000  # registered values: bounds automaton size and rebuild time
 _NAME_OK = re.compile(r"[^\x00-\x1f\x7f]{1,128}")
-
-
-@typing.final
-@dataclass(frozen=True, slots=True)
-class _Snapshot:
-    version: int
-    matcher: Matcher
-    dset: DetectorSet
-
-    @property
-    def detectors(self) -> tuple[Detector, ...]:
-        return self.dset.detectors
 
 
 @typing.final
@@ -97,13 +83,7 @@ class Redactor:
         self._min_length = min_length
         self._marker = marker.encode("utf-8", "surrogatepass")
         self._named_marker = named_marker
-        self._dset = DetectorSet(tuple(detectors))
-        self._lock = threading.Lock()
-        self._entries: dict[str, list[tuple[bytes, list[bytes]]]] = {}
-        self._count = 0
-        self._serial = 0
-        self._version = 0
-        self._snap = _Snapshot(0, Matcher([], []), self._dset)
+        self._registry = Registry(DetectorSet(tuple(detectors)))
         self._tally = _Tally()
 
     @property
@@ -113,8 +93,7 @@ class Redactor:
 
     def names(self) -> list[str]:
         """The names of the registered secrets, sorted."""
-        with self._lock:
-            return sorted(self._entries)
+        return self._registry.names()
 
     def register(self, value: str | bytes | SecretValue, name: str | None = None) -> str:
         """Register *value* (under *name*, or a generated ``secret-N``); return the name.
@@ -157,22 +136,7 @@ class Redactor:
                     "secret name contains the secret",
                     reason=RegistrationReason.NAME_CONTAINS_SECRET,
                 )
-        forms = variants(raw, min_length=self._min_length)
-        with self._lock:
-            if self._count >= _MAX_SECRETS:
-                raise RegistrationError(
-                    "too many secrets", reason=RegistrationReason.TOO_MANY, name=name
-                )
-            if name is None:
-                self._serial += 1
-                name = f"secret-{self._serial}"
-                while name in self._entries:
-                    self._serial += 1
-                    name = f"secret-{self._serial}"
-            self._entries.setdefault(name, []).append((raw, forms))
-            self._count += 1
-            self._version += 1
-        return name
+        return self._registry.add(name, variants(raw, min_length=self._min_length))
 
     def unregister(self, name: str) -> None:
         """Forget every value registered under *name*.
@@ -180,14 +144,7 @@ class Redactor:
         Raises:
             RegistrationError: ``UNKNOWN_NAME``.
         """
-        with self._lock:
-            removed = self._entries.pop(name, None)
-            if removed is None:
-                raise RegistrationError(
-                    "no secret of that name", reason=RegistrationReason.UNKNOWN_NAME, name=name
-                )
-            self._count -= len(removed)
-            self._version += 1
+        self._registry.remove(name)
 
     def rotate(
         self, name: str, value: str | bytes | SecretValue, *, keep_old: bool = False
@@ -200,36 +157,13 @@ class Redactor:
         Raises:
             RegistrationError: as :meth:`register`, or ``UNKNOWN_NAME``.
         """
-        with self._lock:
-            if name not in self._entries:
-                raise RegistrationError(
-                    "no secret of that name", reason=RegistrationReason.UNKNOWN_NAME, name=name
-                )
-            before = len(self._entries[name])
+        before = self._registry.known(name)
         self.register(value, name)
         if not keep_old:
-            with self._lock:
-                entries = self._entries.get(name, [])
-                dropped = entries[:before]
-                self._entries[name] = entries[before:]
-                self._count -= len(dropped)
-                self._version += 1
+            self._registry.remove(name, oldest=before)
 
-    def _snapshot(self) -> _Snapshot:
-        snap = self._snap
-        if snap.version == self._version:
-            return snap
-        with self._lock:
-            if self._snap.version != self._version:
-                owners: dict[bytes, set[str]] = {}
-                for name, entries in self._entries.items():
-                    for _raw, forms in entries:
-                        for form in forms:
-                            owners.setdefault(form, set()).add(name)
-                patterns = list(owners)
-                matcher = Matcher(patterns, [tuple(sorted(owners[p])) for p in patterns])
-                self._snap = _Snapshot(self._version, matcher, self._dset)
-            return self._snap
+    def _snapshot(self) -> Snapshot:
+        return self._registry.snapshot()
 
     def _marker_for(self, names: tuple[str, ...]) -> bytes:
         if self._named_marker is None:
@@ -237,8 +171,8 @@ class Redactor:
         text = self._named_marker.replace("{names}", ",".join(names))
         return text.encode("utf-8", "surrogatepass")
 
-    def _intervals(self, snap: _Snapshot, data: bytes, *, text: bool) -> list[Interval]:
-        found = snap.matcher.find(data)
+    def _intervals(self, snap: Snapshot, data: bytes, *, text: bool) -> list[Interval]:
+        found = snap.find(data)
         if snap.detectors:
             found += detect(snap.dset, data, 0, [0] * len(snap.detectors), final=True)
         if text and found:

@@ -112,7 +112,7 @@ class StreamRedactor:
         end = base + len(data)
         if len(self._positions) != len(snap.detectors):
             self._positions = [self._out] * len(snap.detectors)
-        found = [(base + s, base + e, n) for s, e, n in snap.matcher.find(data)]
+        found = [(base + s, base + e, n) for s, e, n in snap.find(data)]
         if snap.detectors:
             self._pending += detect(snap.dset, data, base, self._positions, final=final)
             found += self._pending
@@ -121,7 +121,7 @@ class StreamRedactor:
         if final:
             frontier = end
         else:  # every match not yet seen starts at or after the frontier
-            frontier = end - max(snap.matcher.longest - 1, 0)
+            frontier = end - max(snap.longest - 1, 0)
             if snap.detectors:
                 frontier = min(frontier, min(self._positions) - _UTF8_TAIL)
             if text:

@@ -206,3 +206,26 @@ def test_registration_is_thread_safe_while_redacting() -> None:
     assert errors == []
     assert all(v not in final for v in values)
     assert final == " ".join(["[redacted]"] * len(values))
+
+
+def test_tiered_rebuild_masks_old_and_new_and_forgets_removed() -> None:
+    red = Redactor()
+    olds = [f"old-secret-{i:05d}" for i in range(300)]
+    for value in olds:
+        red.register(value, value.replace("secret", "name"))
+    assert red.redact(olds[0]) == "[redacted]"
+    assert len(red._snapshot().matchers) == 1
+    red.register("new-secret-00001", "new")
+    assert red.redact(f"{olds[5]} new-secret-00001") == "[redacted] [redacted]"
+    assert len(red._snapshot().matchers) == 2  # the new value went to the small automaton
+    red.unregister("new")
+    red.unregister(olds[5].replace("secret", "name"))
+    assert red.redact(f"{olds[5]} new-secret-00001 {olds[6]}") == (
+        f"{olds[5]} new-secret-00001 [redacted]"
+    )
+    assert len(red._snapshot().matchers) == 1  # a removal rebuilds fully
+    for i in range(2000):  # outgrowing the small automaton folds it into the base
+        red.register(f"more-secret-{i:05d}")
+        if i % 97 == 0:
+            red.redact("x")
+    assert red.redact("more-secret-01999 more-secret-00000") == "[redacted] [redacted]"
