@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
@@ -331,10 +332,8 @@ class Mutations(WorkspaceBase):
                 path=display,
                 reason=ConfinementReason.ESCAPE,
             )
-        try:
+        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
             os.close(self._open(root, path, PATH, op=op, display=display))
-        except (FileNotFoundError, NotADirectoryError):
-            pass
 
     def _depth(self, root: Root, dirfd: int, op: str, display: str) -> int:
         """How many levels *dirfd* physically sits beneath *root* (walks ``..`` by fd)."""
