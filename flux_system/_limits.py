@@ -105,7 +105,7 @@ def _load_prctl() -> Callable[..., int]:
     if _prctl is None:
         libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
         fn = libc.prctl
-        fn.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+        fn.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
         fn.restype = ctypes.c_int
         _prctl = fn
     return _prctl
@@ -128,7 +128,7 @@ def make_preexec(
     def _preexec() -> None:
         for res, value in rlimits:
             setrlimit(res, (value, value))
-        if prctl is not None and prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0) != 0:
+        if prctl is not None and prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
             raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
 
     return _preexec

@@ -24,8 +24,10 @@ import ctypes.util
 import errno
 import itertools
 import os
+import select
 import signal
 import threading
+import time
 import typing
 from collections.abc import Iterator
 
@@ -36,6 +38,8 @@ _PIDS_ROOT = "/sys/fs/cgroup/pids"
 # Kill rounds over cgroup.procs before giving up: each round SIGKILLs every member, so
 # only a member that forked between the read and the kill survives a round.
 _MAX_KILL_ROUNDS = 1000
+# How long one kill round waits for SIGKILLed members to exit (D-state can delay it).
+_EXIT_WAIT_S = 2.0
 # Bound on the recursive /proc descendant walk of the fallback path.
 _MAX_DESCENDANTS = 65536
 # Stale per-process cgroups looked at when this process creates its own.
@@ -117,6 +121,35 @@ def cgroup_available() -> bool:
     return _cgroup_base() is not None
 
 
+def _group_and_session(pid: int) -> tuple[str, int, int] | None:
+    """``(state, pgid, sid)`` of *pid* from ``/proc/PID/stat``, or None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            raw = fh.read()
+    except OSError:
+        return None
+    fields = raw[raw.rfind(b")") + 2 :].split()
+    try:
+        return fields[0].decode("ascii"), int(fields[2]), int(fields[3])
+    except (IndexError, ValueError):
+        return None
+
+
+def _wait_readable(fds: list[int], budget_s: float) -> None:
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, select.POLLIN)
+    pending = len(fds)
+    end = time.monotonic() + budget_s
+    while pending:
+        left = end - time.monotonic()
+        if left <= 0:
+            return
+        for fd, _ in poller.poll(int(left * 1000) + 1):
+            poller.unregister(fd)
+            pending -= 1
+
+
 def _write(path: str, text: str) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
     try:
@@ -187,19 +220,60 @@ class Tree:
         if self.pgid:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.pgid, signal.SIGKILL)
+        groups = {self.pgid} if self.pgid else set()
+        sessions: set[int] = set()
         path = self._dir  # read once: another thread may close() the tree meanwhile
         if path is None:
             self._kill_descendants(leader)
+            self._reap_adopted(leader, groups, sessions)
             return False
+        empty = False
         for _ in range(_MAX_KILL_ROUNDS):
             members = self._members(path)
             if not members:
+                empty = True
                 break
-            for pid in members:
-                self._kill_and_reap(pid, leader)
-        else:
-            return False
-        return True
+            pidfds: list[int] = []
+            try:
+                for pid in members:
+                    ids = _group_and_session(pid)
+                    if ids is not None:
+                        groups.add(ids[1])
+                        sessions.add(ids[2])
+                    with contextlib.suppress(OSError):
+                        pidfd = os.pidfd_open(pid)
+                        pidfds.append(pidfd)
+                        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+                # Wait until they have exited: only then are their children re-parented.
+                _wait_readable(pidfds, _EXIT_WAIT_S)
+            finally:
+                for pidfd in pidfds:
+                    os.close(pidfd)
+        self._reap_adopted(leader, groups, sessions)
+        return empty
+
+    @staticmethod
+    def _reap_adopted(leader: int, groups: set[int], sessions: set[int]) -> None:
+        """Kill and reap our (subreaper-adopted) children that belong to the tree.
+
+        A child of ours whose process group or session was one of the tree's is a tree
+        member: a pgid/sid is never reused while a process still carries it. This
+        catches members that exited on their own (zombies no longer in the cgroup).
+        """
+        me = os.getpid()
+        kids: list[int] = []
+        with contextlib.suppress(OSError):
+            for tid in os.listdir(f"/proc/{me}/task"):
+                path = f"/proc/{me}/task/{tid}/children"
+                with contextlib.suppress(OSError), open(path, encoding="ascii") as fh:
+                    kids.extend(int(x) for x in fh.read().split())
+        for pid in kids[:_MAX_DESCENDANTS]:
+            if pid == leader:
+                continue
+            ids = _group_and_session(pid)
+            if ids is None or (ids[1] not in groups and ids[2] not in sessions):
+                continue
+            Tree._kill_and_reap(pid, leader)  # SIGKILL (if alive) + reap
 
     @staticmethod
     def _kill_and_reap(pid: int, leader: int) -> None:

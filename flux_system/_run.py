@@ -91,8 +91,7 @@ class Session:
             n = os.write(fd, self._stdin[:_STDIN_CHUNK])
         except BlockingIOError:
             return
-        except (BrokenPipeError, OSError):
-            self.stdin_left = len(self._stdin)
+        except OSError:  # EPIPE cannot happen while the probe holds a read end
             self._close_stdin()
             return
         self._stdin = self._stdin[n:]
@@ -104,9 +103,9 @@ class Session:
         if self.exited:
             return
         self.exited = True
-        fd = self.sp.stdin_fd
-        if fd is not None:
-            self.stdin_left += len(self._stdin) + _pipe_pending(fd)
+        if self.sp.stdin_probe is not None:
+            self.stdin_left = len(self._stdin) + _pipe_pending(self.sp.stdin_probe)
+        if self.sp.stdin_fd is not None:
             self._close_stdin()
         self.forget(self.sp.pidfd)
         self.sp.tree.kill(self.sp.pid)

@@ -57,6 +57,7 @@ class Spawned:
     pidfd: int
     tree: Tree
     stdin_fd: int | None
+    stdin_probe: int | None  # our dup of the child's stdin read end: counts unread bytes
     stdout_fd: int
     stderr_fd: int
     target: str
@@ -66,11 +67,11 @@ class Spawned:
         return self.popen.pid
 
     def close_fds(self) -> None:
-        for fd in (self.stdin_fd, self.stdout_fd, self.stderr_fd, self.pidfd):
+        for fd in (self.stdin_fd, self.stdin_probe, self.stdout_fd, self.stderr_fd, self.pidfd):
             if fd is not None and fd >= 0:
                 with contextlib.suppress(OSError):
                     os.close(fd)
-        self.stdin_fd = None
+        self.stdin_fd = self.stdin_probe = None
         self.stdout_fd = self.stderr_fd = self.pidfd = -1
 
 
@@ -145,6 +146,7 @@ def _build_spawn(spec: SpawnSpec, ws: DirAuthority) -> Spawned:
     ours: list[int] = []
     theirs: list[int] = []
     cwd_fd = -1
+    probe: int | None = None
     try:
         cwd_fd = ws._open_dir_fd(spec.cwd)
         cwd_link = f"/proc/self/fd/{cwd_fd}"
@@ -152,6 +154,7 @@ def _build_spawn(spec: SpawnSpec, ws: DirAuthority) -> Spawned:
             r, w = os.pipe2(os.O_CLOEXEC)
             theirs.append(r)
             ours.append(w)
+            probe = os.dup(r)  # O_CLOEXEC by default
         out_r, out_w = os.pipe2(os.O_CLOEXEC)
         ours.append(out_r)
         theirs.append(out_w)
@@ -193,6 +196,8 @@ def _build_spawn(spec: SpawnSpec, ws: DirAuthority) -> Spawned:
     except BaseException:
         for fd in ours:
             os.close(fd)
+        if probe is not None:
+            os.close(probe)
         tree.close()
         raise
     finally:
@@ -207,6 +212,7 @@ def _build_spawn(spec: SpawnSpec, ws: DirAuthority) -> Spawned:
         pidfd=pidfd,
         tree=tree,
         stdin_fd=ours[0] if spec.with_stdin else None,
+        stdin_probe=probe,
         stdout_fd=out_r,
         stderr_fd=err_r,
         target=target,
