@@ -88,7 +88,13 @@ class Workspace(Mutations):
     addresses a named root (read-only unless ``NamedRoot(path, writable=True)``); an
     absolute path is accepted only if it lies lexically inside a root (the main root,
     a named root or a read root) and is then relative to the most specific one. Read
-    roots are reachable only that way and only for reading.
+    roots are reachable only that way and only for reading. A path is ``str`` or
+    ``os.PathLike[str]`` (bytes and anything else: ``TypeError`` naming the argument);
+    a file literally named ``@x`` is ``"./@x"``. A final symlink is followed (beneath
+    the root) by reads, :meth:`append_bytes`, :meth:`stat`, :meth:`chmod`,
+    :meth:`exists`; it is acted on itself by :meth:`write_bytes` (replaced),
+    :meth:`remove` and :meth:`rename`. A trailing ``/`` asks for a directory and
+    follows a final symlink, as in POSIX.
 
     Guarantee: no operation reads, creates, changes or deletes anything outside its
     root: no ``..`` (even transiently), no symlink (absolute, relative, dangling,
@@ -159,7 +165,11 @@ class Workspace(Mutations):
         encoding: str = "utf-8",
         errors: str = "strict",
     ) -> str:
-        """:meth:`read_bytes`, decoded (*limit* counts bytes). Same guarantees and errors."""
+        """:meth:`read_bytes`, decoded (*limit* counts bytes). Same guarantees and errors.
+
+        Raises:
+            UnicodeDecodeError: the bytes are not valid *encoding* (with ``"strict"``).
+        """
         return self.read_bytes(path, limit=limit).decode(encoding, errors)
 
     def open_read(self, path: str | os.PathLike[str]) -> io.BufferedReader:
