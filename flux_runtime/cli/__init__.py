@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 __all__ = ["main"]
 
 # Subcommand modules, in help order.
-_SUBCOMMANDS: tuple[str, ...] = ("policy",)
+_SUBCOMMANDS: tuple[str, ...] = ("exec", "policy", "evidence")
 
 
 def build_parser() -> argparse.ArgumentParser:

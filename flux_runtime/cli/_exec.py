@@ -1,0 +1,80 @@
+"""``flux exec`` — run one argv beneath a workspace through ``System.run`` (sandbox off).
+
+Exit codes: the command's own exit code; ``128 + N`` when it was killed by signal N;
+124 timeout; 125 any other flux error (bad cwd, workspace refused, limit, spawn
+failure); 126 not executable; 127 not found; 2 usage.
+The command's captured stdout/stderr are written to flux's own (capped per stream).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+
+from flux_system import (
+    FluxSystemError,
+    ProcessReason,
+    ProcessTimeoutError,
+    System,
+    Workspace,
+)
+
+__all__ = ["register"]
+
+EXIT_USAGE = 2
+EXIT_TIMEOUT = 124
+EXIT_FLUX_ERROR = 125
+EXIT_NOT_EXECUTABLE = 126
+EXIT_NOT_FOUND = 127
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser("exec", help="run a command beneath a workspace")
+    parser.add_argument("--workspace", default=".", help="workspace root (default: .)")
+    parser.add_argument("--timeout", type=float, default=None, help="wall-time limit, seconds")
+    parser.add_argument("--cwd", default=".", help="workspace-relative working directory")
+    parser.add_argument("argv", nargs=argparse.REMAINDER, help="-- ARGV...")
+    parser.set_defaults(func=run)
+
+
+def _write(stream: object, data: bytes) -> None:
+    buffer = getattr(stream, "buffer", None)
+    if buffer is not None:
+        buffer.write(data)
+        buffer.flush()
+
+
+def run(args: argparse.Namespace) -> int:
+    argv = list(args.argv)
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    if not argv:
+        print("flux exec: missing command (flux exec [OPTIONS] -- ARGV...)", file=sys.stderr)
+        return EXIT_USAGE
+    timeout = args.timeout
+    if timeout is not None and (not math.isfinite(timeout) or timeout <= 0):
+        print("flux exec: --timeout must be a positive number", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        with Workspace(args.workspace) as ws, System(ws) as system:
+            result = system.run(argv, timeout=timeout, cwd=args.cwd)
+    except ProcessTimeoutError as exc:
+        _write(sys.stdout, exc.stdout)
+        _write(sys.stderr, exc.stderr)
+        print(f"flux exec: timed out after {exc.timeout} s", file=sys.stderr)
+        return EXIT_TIMEOUT
+    except FluxSystemError as exc:
+        print(f"flux exec: {exc.message} ({exc.reason.value})", file=sys.stderr)
+        if exc.reason is ProcessReason.NOT_FOUND:
+            return EXIT_NOT_FOUND
+        if exc.reason is ProcessReason.NOT_EXECUTABLE:
+            return EXIT_NOT_EXECUTABLE
+        return EXIT_FLUX_ERROR
+    _write(sys.stdout, result.stdout)
+    _write(sys.stderr, result.stderr)
+    if result.stdout_truncated or result.stderr_truncated:
+        print("flux exec: output truncated at the per-stream cap", file=sys.stderr)
+    if result.signal is not None:
+        return 128 + result.signal
+    return result.exit_code
