@@ -19,7 +19,9 @@ docs/decisions/0010-resolver-openat2-and-walk.md.
 
 Not guaranteed by ``walk``: a directory that a third party moves *out of* the root
 while a resolution is inside it (needs write access outside the root) — ``openat2``
-detects that case, the walk cannot.
+detects that case, the walk cannot. The walk holds one fd per directory level of the
+lookup (``..`` pops one), so a path nested deeper than ``RLIMIT_NOFILE`` fails with a
+typed error instead of resolving.
 """
 
 from __future__ import annotations
@@ -43,6 +45,9 @@ RESOLVERS = ("openat2", "walk")
 
 _MAX_SYMLINKS = 40  # Linux MAXSYMLINKS: the kernel's own budget per lookup
 _MAX_RACE_RETRIES = 16  # openat2 EAGAIN retries before reporting ConfinementReason.RACE
+# Components one walk may visit: those of the path and of every followed link text
+# (each at most PATH_MAX bytes, so at most PATH_MAX / 2 components).
+_MAX_STEPS = (_MAX_SYMLINKS + 1) * 4096 // 2
 
 RESOLVE_NO_XDEV = 0x01
 RESOLVE_NO_MAGICLINKS = 0x02
@@ -206,9 +211,13 @@ def walk_open(
     pending.reverse()
     held: list[int] = []  # directories opened so far; ".." pops one, never below the root
     links = 0
+    steps = 0
     final_flags = flags | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
         while True:
+            steps += 1
+            if steps > _MAX_STEPS:  # unreachable with valid input; a guard, not a limit
+                raise _escape(op, display, ConfinementReason.SYMLINK_LOOP, "lookup too long")
             cur = held[-1] if held else rootfd
             if not pending:
                 return os.open(b".", final_flags, mode, dir_fd=cur)
