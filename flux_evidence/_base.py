@@ -42,7 +42,7 @@ class LogBase:
         self._lock = threading.Lock()  # orders appends: seq, prev_hash and the write
         self._records: list[Record] = []
         self._leaves: list[bytes] = []  # raw record hashes, the Merkle leaves
-        self._leaf_hashes: list[bytes] = []  # RFC 6962 leaf hashes of those
+        self._leaf_hashes: list[bytes] = []  # RFC 6962 leaf hashes of those (lazily)
         self._prev = ""
         self._log_id = ""
         self._closed = False
@@ -63,7 +63,6 @@ class LogBase:
         """Take over already-verified records (from a scan)."""
         self._records = records
         self._leaves = [bytes.fromhex(r.hash) for r in records]
-        self._leaf_hashes = [leaf_hash(h) for h in self._leaves]
         if records:
             self._prev = records[-1].hash
             self._log_id = records[0].data["log_id"]
@@ -86,7 +85,7 @@ class LogBase:
                 "clock must return an int", op="append", reason=EvidenceReason.UNENCODABLE
             )
         prev = self._prev if seq else genesis_hash(self._log_id)
-        line, record_hash = build_line(
+        line, record_hash, raw = build_line(
             prev_hash=prev,
             seq=seq,
             ts=ts,
@@ -100,10 +99,8 @@ class LogBase:
         record = Record(
             FORMAT_VERSION, seq, ts, kind, session, turn, actor, data, prev, record_hash
         )
-        raw = bytes.fromhex(record_hash)
         self._records.append(record)
         self._leaves.append(raw)
-        self._leaf_hashes.append(leaf_hash(raw))
         self._prev = record_hash
         return record
 
@@ -198,8 +195,10 @@ class LogBase:
             EvidenceError: BAD_ARGUMENT for a bad key (see ``sign_checkpoint``).
         """
         with self._lock:
-            size = len(self._leaf_hashes)
-            root = _mth(self._leaf_hashes).hex()
+            leaf_hashes = self._leaf_hashes
+            leaf_hashes.extend(leaf_hash(h) for h in self._leaves[len(leaf_hashes) :])
+            size = len(leaf_hashes)
+            root = _mth(leaf_hashes).hex()
         unsigned = Checkpoint(self._log_id, size, root)
         if hmac_key is None and ed25519_key is None:
             return unsigned

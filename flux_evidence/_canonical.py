@@ -13,11 +13,37 @@ from typing import Any
 
 from ._exceptions import EvidenceError, EvidenceReason
 
-__all__ = ["MAX_DEPTH", "canonical_json", "encode_data", "loads_strict"]
+__all__ = ["canonical_json", "encode_data", "encode_label", "encode_str", "loads_strict"]
 
-_ENCODER = json.JSONEncoder(
-    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-)
+
+def _refuse_type(value: Any) -> Any:
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+# The C encoder, built once (json.JSONEncoder.encode rebuilds it on every call): sorted
+# keys, "," and ":" separators, UTF-8 kept as is, NaN/Infinity refused. No circular
+# marker table: a cycle ends in RecursionError, which callers map to UNENCODABLE.
+_c_make_encoder: Any = getattr(json.encoder, "c_make_encoder", None)
+if _c_make_encoder is not None:
+    _C_ENCODE: Any = _c_make_encoder(
+        None, _refuse_type, json.encoder.encode_basestring, None, ":", ",", True, False, False
+    )
+
+    def encode_str(value: Any) -> str:
+        """Canonical JSON text of *value* (exceptions propagate)."""
+        return "".join(_C_ENCODE(value, 0))
+
+else:  # pragma: no cover - CPython always has the C accelerator
+    _ENCODER = json.JSONEncoder(
+        sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
+
+    def encode_str(value: Any) -> str:
+        """Canonical JSON text of *value* (exceptions propagate)."""
+        return _ENCODER.encode(value)
+
+
+encode_label = json.encoder.encode_basestring
 
 
 def _refuse_constant(name: str) -> Any:
@@ -25,6 +51,22 @@ def _refuse_constant(name: str) -> Any:
 
 
 _DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
+_SCAN_ONCE: Any = getattr(_DECODER, "scan_once")  # noqa: B009 - untyped attribute
+
+
+def loads_strict(text: str) -> Any:
+    """Parse *text* as one JSON value with nothing around it, refusing NaN/Infinity.
+
+    Raises:
+        ValueError, RecursionError: the caller maps these to its own error.
+    """
+    try:
+        value, end = _SCAN_ONCE(text, 0)
+    except StopIteration as exc:
+        raise ValueError("not JSON") from exc
+    if end != len(text):
+        raise ValueError("trailing data after JSON value")
+    return value
 
 
 def canonical_json(value: Any) -> bytes:
@@ -41,7 +83,7 @@ def canonical_json(value: Any) -> bytes:
             beyond the interpreter's digit limit.
     """
     try:
-        return _ENCODER.encode(value).encode("utf-8")
+        return encode_str(value).encode("utf-8")
     except (TypeError, ValueError, RecursionError) as exc:
         raise EvidenceError(
             f"value is not encodable as canonical JSON ({type(exc).__name__})",
@@ -50,22 +92,12 @@ def canonical_json(value: Any) -> bytes:
         ) from exc
 
 
-def loads_strict(text: str) -> Any:
-    """Parse *text* as JSON, refusing ``NaN``/``Infinity``.
-
-    Raises:
-        ValueError, RecursionError: the caller maps these to its own error.
-    """
-    return _DECODER.decode(text)
-
-
 def encode_data(data: Any) -> tuple[bytes, Any]:
     """Encode *data* canonically and return (bytes, an independent parsed copy).
 
     Guarantee: the copy is exactly what a reader of the log will see — *data* is
     refused unless it survives the round trip unchanged (so a tuple, a non-``str`` key
-    or a ``bool`` key is refused rather than silently rewritten), and nesting deeper
-    than ``MAX_DEPTH`` is refused.
+    or a ``bool`` key is refused rather than silently rewritten).
 
     Raises:
         EvidenceError: reason UNENCODABLE.
@@ -80,7 +112,7 @@ def encode_data(data: Any) -> tuple[bytes, Any]:
             reason=EvidenceReason.UNENCODABLE,
         ) from exc
     try:
-        same = _same(copy, data)
+        same = bool(copy == data)  # tuple != list, {1: x} != {"1": x}: refused
     except RecursionError:
         same = False
     if not same:
@@ -90,36 +122,3 @@ def encode_data(data: Any) -> tuple[bytes, Any]:
             reason=EvidenceReason.UNENCODABLE,
         )
     return raw, copy
-
-
-# Nesting bound for stored data: deeper values are refused so that every stored record
-# can be parsed back by any verifier within the interpreter's recursion limit.
-MAX_DEPTH = 200
-
-
-def _same(copy: Any, original: Any, depth: int = 0) -> bool:
-    """Structural equality that also distinguishes list from tuple and bool from int."""
-    if depth > MAX_DEPTH:
-        return False
-    if isinstance(original, dict):
-        if not isinstance(copy, dict) or len(copy) != len(original):
-            return False
-        for key, value in original.items():
-            if type(key) is not str or key not in copy:
-                return False
-            if not _same(copy[key], value, depth + 1):
-                return False
-        return True
-    if isinstance(original, list):
-        if not isinstance(copy, list) or len(copy) != len(original):
-            return False
-        return all(_same(c, o, depth + 1) for c, o in zip(copy, original, strict=True))
-    if isinstance(original, bool) or original is None:
-        return copy is original
-    if isinstance(original, int):
-        return type(copy) is int and copy == original
-    if isinstance(original, float):
-        return type(copy) is float and copy == original
-    if isinstance(original, str):
-        return type(copy) is str and copy == original
-    return False

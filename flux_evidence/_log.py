@@ -50,6 +50,7 @@ class EvidenceLog(LogBase):
         self._syncing = False
         self._written_seq = -1
         self._synced_seq = -1
+        self._fsyncs = 0  # group-commit fsyncs issued (observability for tests)
 
     @classmethod
     def open(
@@ -176,6 +177,7 @@ class EvidenceLog(LogBase):
                     break
                 cond.wait()
         error: OSError | None = None
+        self._fsyncs += 1
         try:
             os.fdatasync(self._fd)
         except OSError as exc:

@@ -15,7 +15,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any
 
-from ._canonical import canonical_json
+from ._canonical import encode_label
 from ._exceptions import EvidenceError, EvidenceReason
 
 __all__ = [
@@ -134,7 +134,12 @@ def _label(value: str | None, what: str, *, required: bool = False) -> bytes:
             op="append",
             reason=EvidenceReason.UNENCODABLE,
         )
-    return canonical_json(value)
+    try:
+        return encode_label(value).encode("utf-8")
+    except UnicodeEncodeError as exc:  # a lone surrogate
+        raise EvidenceError(
+            f"{what} is not valid Unicode", op="append", reason=EvidenceReason.UNENCODABLE
+        ) from exc
 
 
 def _int(value: int | None, what: str, *, nullable: bool) -> bytes:
@@ -157,8 +162,8 @@ def build_line(
     turn: int | None,
     actor: str | None,
     data_raw: bytes,
-) -> tuple[bytes, str]:
-    """Return (the full line with its ``\\n``, the record hash).
+) -> tuple[bytes, str, bytes]:
+    """Return (the full line with its ``\\n``, the record hash in hex and raw).
 
     The canonical encoding is assembled from canonical pieces in sorted key order (the
     same bytes as ``canonical_json`` of the whole object — a test holds it to that).
@@ -186,10 +191,11 @@ def build_line(
     digest = hashlib.sha256(bytes.fromhex(prev_hash))
     digest.update(head)
     digest.update(tail)
-    record_hash = digest.hexdigest()
+    raw_hash = digest.digest()
+    record_hash = raw_hash.hex()
     line = head + _HASH_FIELD + record_hash.encode("ascii") + b'"' + tail + b"\n"
     if len(line) > MAX_LINE_BYTES:
         raise EvidenceError(
             f"record exceeds {MAX_LINE_BYTES} bytes", op="append", reason=EvidenceReason.TOO_LARGE
         )
-    return line, record_hash
+    return line, record_hash, raw_hash

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 import typing
@@ -43,10 +42,7 @@ def verify_bytes(
     if checkpoint is not None and (hmac_key is not None or ed25519_public_key is not None):
         verify_checkpoint(checkpoint, hmac_key=hmac_key, ed25519_public_key=ed25519_public_key)
     result = scan(data, expect_head=expect_head)
-    log_id: str | None = None
-    if result.hashes:
-        first = data[: data.index(b"\n")]
-        log_id = _log_id_of(first)
+    log_id = result.log_id
     if checkpoint is not None:
         size = len(result.hashes)
         if checkpoint.size > size:
@@ -57,11 +53,6 @@ def verify_bytes(
         if _mth(leaves).hex() != checkpoint.root:
             raise InvalidEvidenceError(TamperReason.MODIFIED, seq=None)
     return VerifyResult(head=result.head, log_id=log_id, torn_bytes=result.torn_bytes)
-
-
-def _log_id_of(first_line: bytes) -> str | None:
-    value = json.loads(first_line)["data"]["log_id"]
-    return value if isinstance(value, str) else None
 
 
 def verify(
