@@ -52,6 +52,7 @@ class Session:
         self._stdin = memoryview(stdin) if stdin else memoryview(b"")
         self._sinks: dict[int, Sink] = {sp.stdout_fd: out, sp.stderr_fd: err}
         self.exited = False
+        self._killed_after_exit = False
         self.stdin_left = 0
         self.forget: Callable[[int], None] = lambda fd: None
         if sp.stdin_fd is not None and not self._stdin:
@@ -109,9 +110,11 @@ class Session:
             self._close_stdin()
         self.forget(self.sp.pidfd)
         self.sp.tree.kill(self.sp.pid)
+        self._killed_after_exit = True
 
     def kill(self) -> None:
         """Kill the whole tree now (timeout, cancellation, ``kill()``)."""
+        self._killed_after_exit = False  # finish() kills again after the reap wait
         self.sp.tree.kill(self.sp.pid)
         if self.sp.stdin_fd is not None:
             self._close_stdin()
@@ -129,7 +132,8 @@ class Session:
 
     def finish(self) -> int:
         """Reap the leader, remove the tree's cgroup, close every fd; return the status."""
-        self.sp.tree.kill(self.sp.pid)
+        if not self._killed_after_exit:
+            self.sp.tree.kill(self.sp.pid)
         code = self.sp.popen.wait()
         self.sp.tree.close()
         for fd in list(self._sinks):
