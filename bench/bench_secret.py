@@ -80,7 +80,7 @@ def plant(data: bytes, secrets: list[str], rng: random.Random) -> bytes:
     return bytes(out)
 
 
-def best_mbps(func: Callable[[], object], size: int, rounds: int = 3) -> float:
+def best_mbps(func: Callable[[], object], size: int, rounds: int = 5) -> float:
     times = [time_per_call(func, number=1) for _ in range(rounds)]
     return size / min(times) / 1e6
 
@@ -98,7 +98,9 @@ def sliced_mbps(func: Callable[[bytes], object], data: bytes) -> tuple[float, in
         size *= 2 if elapsed > 0.05 else 8
 
 
-def measure(n: int, base: bytes, secrets: list[str], rng: random.Random) -> dict[str, object]:
+def measure(
+    n: int, base: bytes, secrets: list[str], rng: random.Random
+) -> tuple[dict[str, object], Redactor, bytes]:
     """Whole-text figures and both baselines for *n* registered secrets."""
     data = plant(base, secrets, rng)
     text = data.decode("ascii")
@@ -145,7 +147,7 @@ def measure(n: int, base: bytes, secrets: list[str], rng: random.Random) -> dict
     }
     if n == 1_000:
         row.update(measure_stream_and_detectors(red, data, out, secrets))
-    return row
+    return row, red, data
 
 
 def measure_stream_and_detectors(
@@ -190,14 +192,25 @@ def main() -> None:
     figures: dict[str, object] = {"text_mb": SIZE / 1e6, "chunk_kib": CHUNK // 1024}
     print(f"text: {SIZE / 1e6:.0f} MB log-like ASCII, one planted secret form per 64 KiB")
     mbps: dict[int, float] = {}
+    keep: dict[int, tuple[Redactor, bytes]] = {}
     for n in COUNTS:
-        row = measure(n, base, all_secrets[:n], rng)
+        row, red, data = measure(n, base, all_secrets[:n], rng)
         figures[f"secrets_{n}"] = row
         mbps[n] = float(row["redact_bytes_mbps"])  # type: ignore[arg-type]
-    ratio = mbps[10] / mbps[1_000]
-    figures["slowdown_1000_vs_10"] = round(ratio, 2)
-    print(f"slow-down 1,000 vs 10 secrets: {ratio:.2f}x (target <= 2x)")
-    print(f"1,000 secrets: {mbps[1_000]:.0f} MB/s (target >= 100)")
+        if n in (10, 1_000):
+            keep[n] = (red, data)
+        del red, data
+    # The 1,000 vs 10 slow-down, interleaved on the same text (a shared machine is noisy).
+    few, (many, data) = keep[10][0], keep[1_000]
+    res = side_by_side(
+        lambda: many.redact_bytes(data), lambda: few.redact_bytes(data), number=1, rounds=7
+    )
+    figures["slowdown_1000_vs_10"] = round(res["ratio"], 2)
+    print(
+        f"slow-down 1,000 vs 10 secrets (interleaved, 7 rounds, medians): "
+        f"{res['ratio']:.2f}x (target <= 2x)"
+    )
+    print(f"1,000 secrets: {mbps[1_000]:.0f} MB/s best of 5 (target >= 100)")
     record("secret", figures)
 
 

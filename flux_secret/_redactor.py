@@ -21,6 +21,8 @@ if typing.TYPE_CHECKING:
 
 __all__ = ["Redactor"]
 
+_S = typing.TypeVar("_S", str, bytes)
+
 _DEFAULT_MIN_LENGTH = 8  # bytes: shorter values over-mask and make masking an oracle
 _MIN_LENGTH_FLOOR = 6  # no setting may go below this
 _MAX_SECRET_BYTES = 64 << 10  # a longer value would make a stream hold back too much
@@ -179,20 +181,16 @@ class Redactor:
             found = [snap_out(data, iv) for iv in found]
         return merge(found) if found else found
 
-    def _mask(self, data: bytes, *, text: bool) -> bytes | None:
-        snap = self._snapshot()
-        merged = self._intervals(snap, data, text=text)
-        if not merged:
-            return None
-        pieces: list[bytes] = []
+    def _splice(self, source: _S, merged: list[Interval], markers: list[_S]) -> _S:
+        pieces: list[_S] = []
         pos = 0
-        for s, e, names in merged:
-            pieces.append(data[pos:s])
-            pieces.append(self._marker_for(names))
+        for (s, e, _names), marker in zip(merged, markers, strict=True):
+            pieces.append(source[pos:s])
+            pieces.append(marker)
             pos = e
-        pieces.append(data[pos:])
+        pieces.append(source[pos:])
         self._tally.add(names for _, _, names in merged)
-        return b"".join(pieces)
+        return source[:0].join(pieces)
 
     def redact(self, text: str) -> str:
         """Return *text* with every registered secret (and detection) masked.
@@ -202,9 +200,16 @@ class Redactor:
         """
         if not isinstance(text, str):
             raise TypeError(f"text must be str, not {type(text).__name__}")
-        # Only non-ASCII text needs widening of matches to character boundaries.
-        out = self._mask(text.encode("utf-8", "surrogatepass"), text=not text.isascii())
-        return text if out is None else out.decode("utf-8", "surrogatepass")
+        data = text.encode("utf-8", "surrogatepass")
+        ascii_only = text.isascii()  # O(1): byte offsets are then character offsets
+        merged = self._intervals(self._snapshot(), data, text=not ascii_only)
+        if not merged:
+            return text
+        markers = [self._marker_for(n).decode("utf-8", "surrogatepass") for _, _, n in merged]
+        if ascii_only:
+            return self._splice(text, merged, markers)
+        out = self._splice(data, merged, [m.encode("utf-8", "surrogatepass") for m in markers])
+        return out.decode("utf-8", "surrogatepass")
 
     def redact_bytes(self, data: bytes | bytearray | memoryview) -> bytes:
         """Return *data* with every registered secret (and detection) masked.
@@ -215,8 +220,10 @@ class Redactor:
         if not isinstance(data, bytes | bytearray | memoryview):
             raise TypeError(f"data must be bytes, not {type(data).__name__}")
         raw = bytes(data)
-        out = self._mask(raw, text=False)
-        return raw if out is None else out
+        merged = self._intervals(self._snapshot(), raw, text=False)
+        if not merged:
+            return raw
+        return self._splice(raw, merged, [self._marker_for(n) for _, _, n in merged])
 
     def redact_obj(self, obj: object) -> object:
         """Return a copy of a nested structure with keys and values redacted.
