@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from flux_secret import RedactionError, RedactionReason, Redactor, StreamRedactor
+from flux_secret import RedactionError, RedactionReason, Redactor, StreamRedactor, variants
 
 from ._fixtures import SECRETS, all_patterns, make_redactor
 
@@ -185,3 +185,37 @@ def test_stream_report_equals_whole_text_report() -> None:
     stream.flush()
     assert stream.report() == whole.report() == red.report()
     assert stream.report().as_dict() == {"ascii": 2}
+
+
+_SECRET_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+/=_-?&%é秘"
+
+
+@given(
+    values=st.lists(
+        st.text(alphabet=_SECRET_ALPHABET, min_size=6, max_size=20).filter(
+            lambda v: len(v.encode()) >= 8
+        ),
+        min_size=1,
+        max_size=4,
+        unique=True,
+    ),
+    layout=st.lists(
+        st.tuples(st.integers(min_value=0, max_value=200), st.binary(max_size=8)), max_size=8
+    ),
+    cuts=st.lists(st.integers(min_value=0, max_value=5000), max_size=20),
+)
+def test_generated_secrets_never_leak_and_stream_equals_whole(
+    values: list[str], layout: list[tuple[int, bytes]], cuts: list[int]
+) -> None:
+    red = Redactor()
+    forms: list[bytes] = []
+    for value in values:
+        red.register(value)
+        forms += variants(value.encode(), min_length=8)
+    data = b"|".join(forms[i % len(forms)] + noise for i, noise in layout) or b"-"
+    whole = red.redact_bytes(data)
+    for form in forms:
+        assert form not in whole
+    stream = red.stream()
+    out = b"".join(stream.feed(c) for c in _chunks(data, cuts)) + stream.flush()  # type: ignore[operator]
+    assert out == whole
