@@ -193,16 +193,29 @@ class EvidenceLog(LogBase):
             raise _io("append", error) from error
 
     def _close(self) -> None:
-        with self._sync_cond:
+        """Make every written record durable (unless ``never``), then close the fd.
+
+        Batch followers still waiting are released by this final fsync: it is issued in
+        the leader's role, so no other thread can fsync a closed (or reused) fd.
+        """
+        cond = self._sync_cond
+        with cond:
             while self._syncing:
-                self._sync_cond.wait()
-        try:
-            if not self._readonly and not self._failed and self._fsync != "never":
+                cond.wait()
+            self._syncing = True  # for good: no leader may start once the fd is closed
+        ok = True
+        if not self._readonly and not self._failed and self._fsync != "never":
+            try:
                 os.fdatasync(self._fd)
-        except OSError:
-            pass  # best effort: every acknowledged append is already durable
-        finally:
+            except OSError:
+                ok = False
+        with cond:
+            if ok:
+                self._synced_seq = self._written_seq
+            else:
+                self._failed = True
             os.close(self._fd)
+            cond.notify_all()
 
 
 def _io(op: str, exc: OSError) -> EvidenceError:

@@ -6,6 +6,7 @@ import itertools
 import math
 import os
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -257,3 +258,35 @@ def _records(path: Path) -> list[dict[str, Any]]:
     import json
 
     return [json.loads(line) for line in path.read_bytes().splitlines()]
+
+
+def test_close_during_batch_appends(tmp_path: Path) -> None:
+    path = tmp_path / "ev.jsonl"
+    log = EvidenceLog.open(path, fsync="batch")
+    done: list[int] = []
+    errors: list[EvidenceReason | object] = []
+    start = threading.Barrier(5)
+
+    def worker(t: int) -> None:
+        start.wait()
+        for i in range(200):
+            try:
+                done.append(log.append("t", {"t": t, "i": i}).seq)
+            except EvidenceError as exc:
+                errors.append(exc.reason)
+                return
+
+    pool = [threading.Thread(target=worker, args=(t,)) for t in range(4)]
+    for th in pool:
+        th.start()
+    start.wait()
+    while len(log) < 50 and any(th.is_alive() for th in pool):
+        time.sleep(0.001)
+    log.close()
+    for th in pool:
+        th.join()
+    # Appends after close are refused as CLOSED; every acknowledged one is in the file.
+    assert set(errors) <= {EvidenceReason.CLOSED}
+    on_disk = {r["seq"] for r in _records(path)}
+    assert set(done) <= on_disk
+    verify(path)
