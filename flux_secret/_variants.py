@@ -69,9 +69,11 @@ def variants(secret: bytes, *, min_length: int) -> list[bytes]:
     Guarantee: the raw secret; base64 (standard and URL-safe alphabets, with and
     without padding, at the three byte offsets); ``quote``/``quote_plus`` (upper and
     lower-case escapes); JSON string escapes (ASCII-only and not, with and without
-    ``\\/``) when the secret is UTF-8 text; hex (lower and upper); and each line of a
-    multi-line secret that is at least *min_length* bytes. Every pattern is at least
-    six bytes long when the secret is (the shortest, a base64 core, is ``4n/3 - 3``).
+    ``\\/``) and Python ``repr``/``ascii`` escapes when the secret is UTF-8 text; the
+    ``repr`` of the bytes; hex (lower and upper); and each line of a multi-line secret
+    that is at least *min_length* bytes. Every pattern is at least six bytes long
+    when the secret is (the shortest, a base64 core, has at least ``(8n - 10) / 6``
+    characters for an ``n``-byte secret).
 
     Not guaranteed: base64 wrapped across lines (MIME), other encodings (UTF-16,
     double URL-encoding, gzip), or a secret cut in half and encoded as two parts.
@@ -92,6 +94,9 @@ def variants(secret: bytes, *, min_length: int) -> list[bytes]:
         text = None
     if text is not None:
         forms += _text_forms(text)
+        forms.append(repr(text)[1:-1].encode("utf-8", "surrogatepass"))  # %r, exceptions
+        forms.append(ascii(text)[1:-1].encode("ascii"))
+    forms.append(repr(secret)[2:-1].encode("ascii"))  # b'...' as logged with %r
     lines = secret.splitlines()
     if len(lines) > 1:
         forms += [line for line in lines if len(line) >= min_length]

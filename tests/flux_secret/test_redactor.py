@@ -75,6 +75,8 @@ def test_variant_forms_present() -> None:
     assert urllib.parse.quote(secret, safe="").encode() in forms
     assert urllib.parse.quote_plus(secret).encode() in forms
     assert json.dumps(secret.decode())[1:-1].replace("/", "\\/").encode() in forms
+    assert repr(secret)[2:-1].encode() in forms
+    assert repr(b"\x00bin" + secret)[2:-1].encode() in variants(b"\x00bin" + secret, min_length=8)
     assert all(len(f) >= 6 for f in forms)
     assert len(forms) == len(variants(secret, min_length=8))
 
@@ -229,3 +231,13 @@ def test_tiered_rebuild_masks_old_and_new_and_forgets_removed() -> None:
         if i % 97 == 0:
             red.redact("x")
     assert red.redact("more-secret-01999 more-secret-00000") == "[redacted] [redacted]"
+
+
+def test_python_repr_forms_are_masked() -> None:
+    red = Redactor()
+    raw = b"\x00\xffbinary-key\n"
+    red.register(raw, "bin")
+    red.register("tab\there-é-value", "txt")
+    value = "tab\there-é-value"
+    text = f"got {raw!r} and {value!r} and {value!a}"
+    assert red.redact(text) == "got b'[redacted]' and '[redacted]' and '[redacted]'"
