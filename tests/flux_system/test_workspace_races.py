@@ -26,12 +26,13 @@ from pathlib import Path
 
 import pytest
 
-from flux_system import FluxSystemError, Workspace
+from flux_system import FileInfo, FluxSystemError, Workspace
 from tests._capabilities import require
 from tests.flux_system._escape_harness import (
     CANARY,
     Layout,
     OutsideSnapshot,
+    WorkspaceLike,
     build_layout,
     have_openat2,
     have_renameat2,
@@ -123,15 +124,23 @@ def sw_layout(where: Path) -> Layout:
     return build_layout(where, {"fs": SW_TREE, "outside_fs": OUT_TREE})
 
 
+OUTSIDE_ONLY = frozenset({"canary", "target", "d", "outside_only"})  # names only OUT has
+
+
 @dataclass
 class Tally:
     ok: int = 0
     refused: int = 0
     canary_reads: int = 0
+    outside_inodes: frozenset[int] = frozenset()
 
 
 def _attempt(tally: Tally, fn: Callable[[], object]) -> object:
-    """Run one workspace call; a typed refusal is fine, anything else propagates."""
+    """Run one workspace call; a typed refusal is fine, anything else propagates.
+
+    A result that could only come from outside counts as a canary read: canary bytes,
+    a listing with a name only OUT holds, a FileInfo of an outside inode.
+    """
     try:
         result = fn()
     except FluxSystemError:
@@ -140,39 +149,54 @@ def _attempt(tally: Tally, fn: Callable[[], object]) -> object:
     tally.ok += 1
     if isinstance(result, bytes) and CANARY in result:
         tally.canary_reads += 1
+    if isinstance(result, list) and any(
+        part in OUTSIDE_ONLY for entry in result for part in entry.split("/")
+    ):
+        tally.canary_reads += 1
+    if isinstance(result, FileInfo) and result.inode in tally.outside_inodes:
+        tally.canary_reads += 1
     return result
 
 
-def _read(ws: Workspace, t: Tally, i: int) -> None:
+def _read(ws: WorkspaceLike, t: Tally, i: int) -> None:
     _attempt(t, lambda: ws.read_bytes("sw/file"))
-    _attempt(t, lambda: ws.read_bytes("sw/tree/a/b/leaf"))
+    _attempt(t, lambda: ws.read_bytes("sw/tree/../file"))  # `..` under swaps (EAGAIN)
+    _attempt(t, lambda: ws.read_bytes("sw/../sw/file"))
+    with contextlib.suppress(FluxSystemError):
+        with ws.open_read("sw/tree/a/b/leaf") as f:
+            _attempt(t, lambda: f.read())
+    _attempt(t, lambda: ws.list_dir("sw"))
+    _attempt(t, lambda: ws.walk("sw"))
+    _attempt(t, lambda: ws.stat("sw/x"))
 
 
-def _write(ws: Workspace, t: Tally, i: int) -> None:
+def _write(ws: WorkspaceLike, t: Tally, i: int) -> None:
     _attempt(t, lambda: ws.write_bytes("sw/new", b"new %d" % i))
     _attempt(t, lambda: ws.write_bytes("sw/tree/a/b/leaf", b"leaf %d" % i))
 
 
-def _create(ws: Workspace, t: Tally, i: int) -> None:
+def _create(ws: WorkspaceLike, t: Tally, i: int) -> None:
     _attempt(t, lambda: ws.mkdir("sw/made/deeper", exist_ok=True))
     _attempt(t, lambda: ws.append_bytes("sw/appended", b"."))
     _attempt(t, lambda: ws.copy("sw/file", "sw/copied"))
     _attempt(t, lambda: ws.chmod("sw/x", 0o600 if i % 2 else 0o640))
+    _attempt(t, lambda: ws.symlink("file", "sw/ln"))
+    _attempt(t, lambda: ws.remove("sw/ln"))
 
 
-def _rename(ws: Workspace, t: Tally, i: int) -> None:
+def _rename(ws: WorkspaceLike, t: Tally, i: int) -> None:
     _attempt(t, lambda: ws.rename("sw/x", "sw/y"))
     _attempt(t, lambda: ws.rename("sw/y", "sw/x"))
 
 
-def _remove(ws: Workspace, t: Tally, i: int) -> None:
+def _remove(ws: WorkspaceLike, t: Tally, i: int) -> None:
     _attempt(t, lambda: ws.remove("sw/tree", recursive=True))
     _attempt(t, lambda: ws.write_bytes("sw/tree/a/b/leaf", b"again"))
     _attempt(t, lambda: ws.remove("sw/x"))
     _attempt(t, lambda: ws.write_bytes("sw/x", b"x again"))
 
 
-OPS: dict[str, Callable[[Workspace, Tally, int], None]] = {
+OPS: dict[str, Callable[[WorkspaceLike, Tally, int], None]] = {
     "read": _read,
     "write": _write,
     "create": _create,
@@ -184,8 +208,8 @@ OPS: dict[str, Callable[[Workspace, Tally, int], None]] = {
 @pytest.mark.parametrize("op", sorted(OPS))
 def test_swap_race_never_escapes(op: str, resolver: str, where: Path) -> None:
     layout = sw_layout(where)
+    tally = Tally(outside_inodes=_inodes(layout.out))
     snap = OutsideSnapshot(layout)
-    tally = Tally()
     work = OPS[op]
     with Workspace(str(layout.root), resolver=resolver) as ws:
         with attacker(layout.root / "sw", layout.root / "swlink") as attack:
@@ -199,6 +223,13 @@ def test_swap_race_never_escapes(op: str, resolver: str, where: Path) -> None:
     assert tally.refused > 0, "the workspace never met the swapped-in symlink"
     assert tally.canary_reads == 0
     assert snap.diff() == []
+
+
+def _inodes(top: Path) -> frozenset[int]:
+    found = {os.lstat(top).st_ino}
+    for dirpath, dirs, files in os.walk(top):
+        found |= {os.lstat(Path(dirpath) / n).st_ino for n in dirs + files}
+    return frozenset(found)
 
 
 def _make_victim(root_fd: int) -> None:
@@ -245,6 +276,39 @@ def test_recursive_remove_with_symlink_swapped_in_mid_walk(resolver: str, where:
     assert attack.swaps > 0, "the attacker never swapped: the race was not real"
     assert removed > 0, "no removal completed under attack"
     assert snap.diff() == []
+
+
+def _fingerprint(top: Path) -> list[tuple[str, int, int, int]]:
+    """Names, inodes, modes and mtimes of *top* and beneath (no atime: cheap to repeat)."""
+    st = os.lstat(top)
+    out = [(str(top), st.st_ino, st.st_mode, st.st_mtime_ns)]
+    for dirpath, dirs, files in os.walk(top):
+        for n in sorted(dirs + files):
+            st = os.lstat(Path(dirpath) / n)
+            out.append((f"{dirpath}/{n}", st.st_ino, st.st_mode, st.st_mtime_ns))
+    return out
+
+
+@pytest.mark.parametrize("op", sorted(OPS))
+def test_naive_resolver_escapes_in_every_race(op: str, where: Path) -> None:
+    """Each operation group above, run through the naive resolver under the same
+    attacker, reaches outside within a generous bound: every race case can fail."""
+    layout = sw_layout(where)
+    tally = Tally(outside_inodes=_inodes(layout.out))
+    before = _fingerprint(layout.out)
+    naive = NaiveWorkspace(str(layout.root))
+    work = OPS[op]
+    escaped = False
+    with attacker(layout.root / "sw", layout.root / "swlink") as attack:
+        deadline = time.monotonic() + NAIVE_BOUND_SECONDS
+        i = 0
+        while not escaped and time.monotonic() < deadline:
+            with contextlib.suppress(OSError):
+                work(naive, tally, i)
+            i += 1
+            escaped = tally.canary_reads > 0 or _fingerprint(layout.out) != before
+    assert attack.swaps > 0
+    assert escaped, f"naive {op} never escaped in {i} rounds"
 
 
 def _naive_read_escapes(naive: NaiveWorkspace, layout: Layout) -> bool:
