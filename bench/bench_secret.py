@@ -159,8 +159,8 @@ def measure_stream_and_detectors(
     def streamed() -> bytes:
         stream = red.stream()
         parts = [stream.feed(c) for c in chunks]
-        parts.append(stream.flush())
-        return b"".join(parts)  # type: ignore[arg-type]
+        parts.append(stream.flush())  # type: ignore[arg-type]
+        return b"".join(parts)
 
     assert streamed() == whole
     res = side_by_side(streamed, lambda: red.redact_bytes(data), number=1, rounds=3)

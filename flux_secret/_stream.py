@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import typing
+from typing import AnyStr
 
 from flux_secret._detect import LOOKBEHIND, detect
 from flux_secret._exceptions import RedactionError, RedactionReason
@@ -52,8 +53,8 @@ class StreamRedactor:
         self._closed = False
         self._tally = _Tally()
 
-    def feed(self, chunk: str | bytes) -> str | bytes:
-        """Add *chunk*; return the output decided so far (possibly empty).
+    def feed(self, chunk: AnyStr) -> AnyStr:
+        """Add *chunk*; return the output decided so far (possibly empty), same type.
 
         Raises:
             RedactionError: ``CLOSED`` after :meth:`flush`, ``MIXED_TYPES`` when the
@@ -62,7 +63,7 @@ class StreamRedactor:
         """
         data = self._accept(chunk)
         self._buf += data
-        return self._advance(final=False)
+        return typing.cast(AnyStr, self._advance(final=False))
 
     def flush(self) -> str | bytes:
         """Return the rest of the output and close the stream.
@@ -86,7 +87,7 @@ class StreamRedactor:
         """Raw input bytes received but neither emitted nor known to be masked."""
         return self._base + len(self._buf) - self._out
 
-    def _accept(self, chunk: str | bytes) -> bytes:
+    def _accept(self, chunk: str | bytes | bytearray | memoryview) -> bytes:
         if self._closed:
             raise RedactionError("stream already flushed", reason=RedactionReason.CLOSED)
         if isinstance(chunk, str):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import re
-import re._parser as sre_parse  # the regex parser: reports a pattern's width bounds
+import re._parser as sre_parse  # type: ignore[import-not-found]  # reports width bounds
 from typing import Any
 
 import pytest
@@ -97,7 +97,7 @@ def test_stream_with_detectors_equals_whole(
         points = sorted({0, len(data), *(c % (len(data) + 1) for c in cuts)})
         chunks = [data[a:b] for a, b in itertools.pairwise(points)]
     stream = red.stream()
-    out = [stream.feed(c) for c in chunks] + [stream.flush()]
+    out: list[Any] = [stream.feed(c) for c in chunks] + [stream.flush()]
     joined = "".join(out) if as_text else b"".join(out)
     assert joined == whole
 

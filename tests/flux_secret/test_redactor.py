@@ -44,7 +44,7 @@ def test_leak_vectors_whole_and_streamed(case: dict[str, Any]) -> None:
     if late is not None:
         for secret in case["secrets"]:
             red.register(secret["value"], secret["name"])
-    out += stream.feed(text[late or 0 :])  # type: ignore[operator]
+    out += stream.feed(text[late or 0 :])
     out += stream.flush()  # type: ignore[operator]
     whole = red.redact(text)
     assert out == whole
