@@ -71,7 +71,7 @@ class LogBase:
         self,
         kind: str,
         *,
-        data_raw: bytes,
+        data_text: str,
         data: Any,
         session: str | None = None,
         turn: int | None = None,
@@ -93,7 +93,7 @@ class LogBase:
             session=session,
             turn=turn,
             actor=actor,
-            data_raw=data_raw,
+            data_text=data_text,
         )
         self._commit(line, seq)
         record = Record(
@@ -107,11 +107,11 @@ class LogBase:
     def _append_genesis(self, log_id: str | None) -> None:
         self._log_id = log_id if log_id is not None else uuid.uuid4().hex
         raw, copy = encode_data({"log_id": self._log_id})
-        self._append_locked(GENESIS_KIND, data_raw=raw, data=copy)
+        self._append_locked(GENESIS_KIND, data_text=raw, data=copy)
 
     def _append_recovery(self, dropped_bytes: int, dropped_sha256: str) -> None:
         raw, copy = encode_data({"dropped_bytes": dropped_bytes, "dropped_sha256": dropped_sha256})
-        self._append_locked(RECOVERY_KIND, data_raw=raw, data=copy)
+        self._append_locked(RECOVERY_KIND, data_text=raw, data=copy)
 
     def _check_open(self, op: str) -> None:
         if self._closed:
@@ -144,13 +144,13 @@ class LogBase:
             EvidenceError: UNENCODABLE (data or fields), BAD_ARGUMENT (a reserved kind),
                 TOO_LARGE, CLOSED, READ_ONLY, FAILED or IO.
         """
-        if kind in RESERVED_KINDS:
+        if isinstance(kind, str) and kind in RESERVED_KINDS:
             raise EvidenceError(
                 f"kind {kind!r} is reserved for the log itself",
                 op="append",
                 reason=EvidenceReason.BAD_ARGUMENT,
             )
-        data_raw, copy = encode_data(data)
+        data_text, copy = encode_data(data)
         with self._lock:
             self._check_open("append")
             if self._readonly:
@@ -158,7 +158,7 @@ class LogBase:
                     "log is opened for reading", op="append", reason=EvidenceReason.READ_ONLY
                 )
             record = self._append_locked(
-                kind, data_raw=data_raw, data=copy, session=session, turn=turn, actor=actor
+                kind, data_text=data_text, data=copy, session=session, turn=turn, actor=actor
             )
         self._after_commit(record.seq)
         return record

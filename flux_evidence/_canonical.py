@@ -92,33 +92,31 @@ def canonical_json(value: Any) -> bytes:
         ) from exc
 
 
-def encode_data(data: Any) -> tuple[bytes, Any]:
-    """Encode *data* canonically and return (bytes, an independent parsed copy).
+def encode_data(data: Any) -> tuple[str, Any]:
+    """Encode *data* canonically and return (JSON text, an independent parsed copy).
 
     Guarantee: the copy is exactly what a reader of the log will see — *data* is
     refused unless it survives the round trip unchanged (so a tuple, a non-``str`` key
-    or a ``bool`` key is refused rather than silently rewritten).
+    or a ``bool`` key is refused rather than silently rewritten). The text may still
+    hold a lone surrogate; encoding it to UTF-8 (``build_line``) refuses that.
 
     Raises:
         EvidenceError: reason UNENCODABLE.
     """
-    raw = canonical_json(data)
     try:
-        copy = loads_strict(raw.decode("utf-8"))
-    except (ValueError, RecursionError) as exc:
+        text = encode_str(data)
+        copy = loads_strict(text)
+        same = bool(copy == data)  # tuple != list, {1: x} != {"1": x}: refused
+    except (TypeError, ValueError, RecursionError) as exc:
         raise EvidenceError(
-            "value does not round-trip through canonical JSON",
+            f"value is not encodable as canonical JSON ({type(exc).__name__})",
             op="encode",
             reason=EvidenceReason.UNENCODABLE,
         ) from exc
-    try:
-        same = bool(copy == data)  # tuple != list, {1: x} != {"1": x}: refused
-    except RecursionError:
-        same = False
     if not same:
         raise EvidenceError(
             "value does not round-trip through canonical JSON (tuple, non-str key, ...)",
             op="encode",
             reason=EvidenceReason.UNENCODABLE,
         )
-    return raw, copy
+    return text, copy

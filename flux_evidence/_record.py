@@ -124,32 +124,16 @@ def is_hex64(value: object) -> bool:
     return type(value) is str and _HEX64.fullmatch(value) is not None
 
 
-def _label(value: str | None, what: str, *, required: bool = False) -> bytes:
-    if value is None and not required:
-        return b"null"
-    if type(value) is not str or (required and not value) or len(value) > MAX_LABEL_CHARS:
-        raise EvidenceError(
-            f"{what} must be a {'non-empty ' if required else ''}str of at most "
-            f"{MAX_LABEL_CHARS} characters",
-            op="append",
-            reason=EvidenceReason.UNENCODABLE,
-        )
-    try:
-        return encode_label(value).encode("utf-8")
-    except UnicodeEncodeError as exc:  # a lone surrogate
-        raise EvidenceError(
-            f"{what} is not valid Unicode", op="append", reason=EvidenceReason.UNENCODABLE
-        ) from exc
+def _unencodable(what: str) -> EvidenceError:
+    return EvidenceError(what, op="append", reason=EvidenceReason.UNENCODABLE)
 
 
-def _int(value: int | None, what: str, *, nullable: bool) -> bytes:
-    if value is None and nullable:
-        return b"null"
-    if type(value) is not int:
-        raise EvidenceError(
-            f"{what} must be an int", op="append", reason=EvidenceReason.UNENCODABLE
-        )
-    return str(value).encode("ascii")
+def _label(value: str | None, what: str) -> str:
+    if value is None:
+        return "null"
+    if type(value) is not str or len(value) > MAX_LABEL_CHARS:
+        raise _unencodable(f"{what} must be None or a str of at most {MAX_LABEL_CHARS} chars")
+    return encode_label(value)
 
 
 def build_line(
@@ -161,39 +145,41 @@ def build_line(
     session: str | None,
     turn: int | None,
     actor: str | None,
-    data_raw: bytes,
+    data_text: str,
 ) -> tuple[bytes, str, bytes]:
     """Return (the full line with its ``\\n``, the record hash in hex and raw).
 
     The canonical encoding is assembled from canonical pieces in sorted key order (the
     same bytes as ``canonical_json`` of the whole object — a test holds it to that).
-    *data_raw* must already be canonical JSON (see ``encode_data``).
+    *data_text* must already be canonical JSON text (see ``encode_data``).
 
     Raises:
-        EvidenceError: reason UNENCODABLE for a bad field, TOO_LARGE over MAX_LINE_BYTES.
+        EvidenceError: reason UNENCODABLE for a bad field (wrong type, empty kind, lone
+            surrogate, an int beyond the digit limit), TOO_LARGE over MAX_LINE_BYTES.
     """
-    head = b'{"actor":' + _label(actor, "actor") + b',"data":' + data_raw
-    tail = (
-        b',"kind":'
-        + _label(kind, "kind", required=True)
-        + b',"prev_hash":"'
-        + prev_hash.encode("ascii")
-        + b'","seq":'
-        + _int(seq, "seq", nullable=False)
-        + b',"session":'
-        + _label(session, "session")
-        + b',"ts":'
-        + _int(ts, "ts", nullable=False)
-        + b',"turn":'
-        + _int(turn, "turn", nullable=True)
-        + b',"version":1}'
-    )
+    if type(kind) is not str or not kind or len(kind) > MAX_LABEL_CHARS:
+        raise _unencodable(f"kind must be a non-empty str of at most {MAX_LABEL_CHARS} chars")
+    if type(seq) is not int or type(ts) is not int:
+        raise _unencodable("seq and ts must be int")
+    if turn is not None and type(turn) is not int:
+        raise _unencodable("turn must be None or an int")
+    try:
+        head = f'{{"actor":{_label(actor, "actor")},"data":{data_text}'.encode()
+        tail = (
+            f',"kind":{encode_label(kind)},"prev_hash":"{prev_hash}","seq":{seq}'
+            f',"session":{_label(session, "session")},"ts":{ts}'
+            f',"turn":{"null" if turn is None else turn},"version":1}}'
+        ).encode()
+    except UnicodeEncodeError as exc:  # a lone surrogate
+        raise _unencodable("a field is not valid Unicode") from exc
+    except ValueError as exc:  # an int beyond the interpreter's int/str digit limit
+        raise _unencodable("an integer field is too large") from exc
     digest = hashlib.sha256(bytes.fromhex(prev_hash))
     digest.update(head)
     digest.update(tail)
     raw_hash = digest.digest()
     record_hash = raw_hash.hex()
-    line = head + _HASH_FIELD + record_hash.encode("ascii") + b'"' + tail + b"\n"
+    line = b"".join((head, _HASH_FIELD, record_hash.encode(), b'"', tail, b"\n"))
     if len(line) > MAX_LINE_BYTES:
         raise EvidenceError(
             f"record exceeds {MAX_LINE_BYTES} bytes", op="append", reason=EvidenceReason.TOO_LARGE
