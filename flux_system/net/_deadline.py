@@ -47,8 +47,14 @@ class DeadlineTimeouts(Mapping[str, float | None]):
 
     def __getitem__(self, key: str) -> float | None:
         base = self._base[key]
-        left = self.remaining()
+        left = max(self.deadline - self._clock(), MIN_TIMEOUT)
         return left if base is None else min(base, left)
+
+    def get(self, key: str, default: object = None) -> float | None:
+        """As ``Mapping.get`` (httpcore calls this before every socket operation)."""
+        if key not in self._base:
+            return default  # type: ignore[return-value]
+        return self[key]
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._base)

@@ -174,12 +174,13 @@ def _decide(
         raise _deny(EgressReason.TOO_MANY_ANSWERS, "too many answers", op, host)
     if len(answers) == 0:
         raise _deny(EgressReason.RESOLUTION_FAILED, "no address", op, host)
-    vetted: dict[IPv4Address | IPv6Address, None] = {}
-    for answer in answers:
+    vetted: list[IPv4Address | IPv6Address] = []
+    for answer in answers:  # at most MAX_ANSWERS: the quadratic dedupe is bounded
         if not isinstance(answer, IPv4Address | IPv6Address):
             raise _deny(EgressReason.RESOLUTION_FAILED, "answer is not an address", op, host)
         _vet(answer, grants, op, host)
-        vetted[answer] = None
+        if answer not in vetted:
+            vetted.append(answer)
     return GuardedTarget(url, scheme, host, port, tuple(vetted))
 
 

@@ -43,6 +43,10 @@ INTERNAL_SUFFIXES: Final = (
 )
 
 
+_SUFFIX_SET: Final = frozenset(INTERNAL_SUFFIXES)
+_MAX_SUFFIX_LABELS: Final = max(s.count(".") + 1 for s in INTERNAL_SUFFIXES)
+
+
 def matches_pattern(host: str, pattern: str) -> bool:
     """True when *host* matches *pattern* (``name`` exactly, ``*.suffix`` at a label boundary).
 
@@ -60,8 +64,7 @@ def is_internal_name(host: str) -> bool:
     A single-label name (``intranet``, ``instance-data``) is internal: on real hosts it is
     completed by search domains and resolves inside the network.
     """
-    if "." not in host:
+    if "." not in host or host in INTERNAL_NAMES or host in _SUFFIX_SET:
         return True
-    if host in INTERNAL_NAMES:
-        return True
-    return any(host == s or host.endswith("." + s) for s in INTERNAL_SUFFIXES)
+    tail = host.rsplit(".", _MAX_SUFFIX_LABELS)
+    return any(".".join(tail[i:]) in _SUFFIX_SET for i in range(1, len(tail)))

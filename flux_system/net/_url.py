@@ -9,6 +9,7 @@ with UTS #46 mapping would produce (or does not round-trip through its A-label).
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from flux_system._exceptions import EgressDeniedError, EgressReason
 __all__ = ["ParsedHost", "ParsedURL", "normalize_host", "parse_url"]
 
 MAX_URL_LENGTH: Final = 8192  # longer than any sane request line; bounds all scans
+PARSE_CACHE_SIZE: Final = 256  # memoized accepted URLs: at most 256 x 8 KiB of text
 MAX_HOST_INPUT: Final = 1024  # bounds IDNA work on attacker text before any check
 MAX_HOST_LENGTH: Final = 253  # RFC 1035 §2.3.4 (presentation form, no trailing dot)
 MAX_LABEL_LENGTH: Final = 63  # RFC 1035 §2.3.4
@@ -80,12 +82,24 @@ def _check_characters(text: str, op: str) -> None:
 def parse_url(url: object, *, op: str = "guard_url") -> ParsedURL:
     """Parse *url* strictly; see the module docstring for what is refused.
 
+    Parsing is a pure function of the text, so accepted URLs are memoized (bounded
+    by :data:`PARSE_CACHE_SIZE`); refusals are recomputed every time.
+
     Raises:
         TypeError: *url* is not a str.
         EgressDeniedError: with the reason naming the first refusal found.
     """
     if not isinstance(url, str):
         raise TypeError(f"url must be str, not {type(url).__name__}")
+    return _parse_url_cached(url, op)
+
+
+@functools.lru_cache(maxsize=PARSE_CACHE_SIZE)
+def _parse_url_cached(url: str, op: str) -> ParsedURL:
+    return _parse_url(url, op)
+
+
+def _parse_url(url: str, op: str) -> ParsedURL:
     if len(url) > MAX_URL_LENGTH:
         raise _deny(EgressReason.MALFORMED, "URL too long", op)
     _check_characters(url, op)

@@ -219,3 +219,28 @@ def test_default_resolver_is_dns() -> None:
         guard_url("http://localhost/")
     assert info.value.reason is EgressReason.INTERNAL_NAME
     assert guard_url("https://example.com/", resolver=PUBLIC).addresses
+
+
+@pytest.mark.parametrize(
+    ("host", "internal"),
+    [
+        ("localhost", True),
+        ("a.localhost", True),
+        ("home.arpa", True),  # a suffix is internal as a whole name too
+        ("x.home.arpa", True),
+        ("a.b.c.in-addr.arpa", True),
+        ("ip6.arpa", True),
+        ("printer.local", True),
+        ("x.y.lan", True),
+        ("intranet", True),  # single label
+        ("example.com", False),
+        ("a.arpa", False),
+        ("evil-lan.com", False),
+        ("lan.example", False),
+        ("local.example.com", False),
+    ],
+)
+def test_internal_names(host: str, internal: bool) -> None:
+    from flux_system.net._names import is_internal_name
+
+    assert is_internal_name(host) is internal
