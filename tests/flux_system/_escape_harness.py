@@ -150,7 +150,8 @@ class Layout:
     root: Path
     out: Path
     vars: dict[str, str]
-    roots: list[Path] = field(default_factory=list)  # every configured root (not outside)
+    roots: list[Path] = field(default_factory=list)  # writable roots: not "outside"
+    read_roots: list[Path] = field(default_factory=list)  # snapshotted, atime ignored
     fds: list[int] = field(default_factory=list)
 
     def sub(self, text: str) -> str:
@@ -261,7 +262,19 @@ def build_layout(where: Path, case: Mapping[str, Any]) -> Layout:
     layout.roots = [root]
     for named in case.get("workspace", {}).get("named_roots", {}).values():
         layout.roots.append(Path(layout.sub(named)))
+    for ro in case.get("workspace", {}).get("read_roots", ()):
+        layout.read_roots.append(Path(layout.sub(ro)))
     return layout
+
+
+def read_root_inodes(layout: Layout) -> frozenset[int]:
+    """Inodes beneath the read roots: reading them is allowed (their atime may move)."""
+    found: set[int] = set()
+    for top in layout.read_roots:
+        found.add(os.lstat(top).st_ino)
+        for dirpath, dirs, files in os.walk(top):
+            found |= {os.lstat(Path(dirpath) / n).st_ino for n in dirs + files}
+    return frozenset(found)
 
 
 def workspace_options(layout: Layout, case: Mapping[str, Any]) -> dict[str, Any]:
@@ -618,7 +631,7 @@ def _run_op(
     exp = effective(exp, case, op, prep)
     path = layout.sub(case["path"])
     allow_canary = bool(case.get("allow_canary_read"))
-    ignore_atime = (
+    ignore_atime = read_root_inodes(layout) | (
         frozenset({os.stat(layout.out / "canary").st_ino}) if allow_canary else frozenset()
     )
     special = case.get("special_root") is not None
@@ -655,7 +668,7 @@ def _run_op(
         if not gp.is_file() or gp.read_bytes() != content:
             add("guard", f"inside file {g} was changed")
     if isinstance(result, Path) and not special:
-        reals = [Path(os.path.realpath(r)) for r in layout.roots]
+        reals = [Path(os.path.realpath(r)) for r in layout.roots + layout.read_roots]
         if not any(result == r or r in result.parents for r in reals):
             add("outside", f"resolve returned a path outside the roots: {result}")
     if error is not None:
