@@ -173,6 +173,7 @@ def _read(ws: WorkspaceLike, t: Tally, i: int) -> None:
 def _write(ws: WorkspaceLike, t: Tally, i: int) -> None:
     _attempt(t, lambda: ws.write_bytes("sw/new", b"new %d" % i))
     _attempt(t, lambda: ws.write_bytes("sw/tree/a/b/leaf", b"leaf %d" % i))
+    _attempt(t, lambda: ws.write_bytes(f"sw/made{i % 4}/deep/file", b"parents"))
 
 
 def _create(ws: WorkspaceLike, t: Tally, i: int) -> None:
@@ -241,7 +242,7 @@ def _make_victim(root_fd: int) -> None:
         os.mkdir("sub", dir_fd=vfd)
         sfd = os.open("sub", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=vfd)
         try:
-            for name in ("leaf", "canary", "outside_only"):
+            for name in ("leaf", "leaf2", "leaf3"):
                 fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644, dir_fd=sfd)
                 os.close(fd)
         finally:
@@ -251,13 +252,15 @@ def _make_victim(root_fd: int) -> None:
         os.close(vfd)
 
 
-def test_recursive_remove_with_symlink_swapped_in_mid_walk(resolver: str, where: Path) -> None:
+@pytest.mark.parametrize("mode", ["remove", "walk"])
+def test_symlink_swapped_in_mid_walk(mode: str, resolver: str, where: Path) -> None:
     """CVE-2022-21658: the attacker swaps a directory *inside* the tree being removed
-    with a symlink to an outside directory; the removal must never descend into it."""
+    (or walked) with a symlink to an outside directory; neither the recursive removal
+    nor the walk may ever descend into it."""
     layout = build_layout(where, {})
+    tally = Tally(outside_inodes=_inodes(layout.out))
     snap = OutsideSnapshot(layout)
-    tally = Tally()
-    removed = 0
+    completed = 0
     root_fd = os.open(layout.root, os.O_RDONLY | os.O_DIRECTORY)
     try:
         _make_victim(root_fd)
@@ -267,14 +270,20 @@ def test_recursive_remove_with_symlink_swapped_in_mid_walk(resolver: str, where:
                 deadline = time.monotonic() + RACE_SECONDS
                 while time.monotonic() < deadline:
                     before = tally.ok
-                    _attempt(tally, lambda: ws.remove("victim", recursive=True))
+                    if mode == "remove":
+                        _attempt(tally, lambda: ws.remove("victim", recursive=True))
+                    else:
+                        _attempt(tally, lambda: ws.walk("victim"))
+                        _attempt(tally, lambda: ws.list_dir("victim/sub"))
                     if tally.ok > before:
-                        removed += 1
-                        _make_victim(root_fd)
+                        completed += 1
+                        if mode == "remove":
+                            _make_victim(root_fd)
     finally:
         os.close(root_fd)
     assert attack.swaps > 0, "the attacker never swapped: the race was not real"
-    assert removed > 0, "no removal completed under attack"
+    assert completed > 0, f"no {mode} completed under attack"
+    assert tally.canary_reads == 0
     assert snap.diff() == []
 
 
