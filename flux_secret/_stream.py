@@ -16,6 +16,10 @@ if typing.TYPE_CHECKING:
 __all__ = ["StreamRedactor"]
 
 _UTF8_TAIL = 3  # a cut moved back to a character start moves at most this far
+# With detectors the retained window is up to ~16 KiB (a PEM body): re-deciding it for
+# every tiny chunk (a pty writing byte by byte) would cost O(window) per byte, so new
+# input is decided in steps of at least this many bytes.
+_DETECT_STEP = 4096
 
 
 @typing.final
@@ -31,9 +35,11 @@ class StreamRedactor:
     same report) with an unchanged registry. Output never contains a cut inside a
     match: a secret split across chunks is masked. Raw input not yet emitted is at
     most ``longest pattern - 1`` bytes (in ``str`` mode plus up to 3 to stay on a
-    character boundary; with detectors, at most the longest detector's
-    ``max_length``); a masked region still being extended is kept as a position and
-    its names, never as bytes, so memory stays bounded whatever the input.
+    character boundary; with detectors, the longest detector's ``max_length`` plus
+    4 KiB, as input is then decided in steps of 4 KiB so that tiny chunks cost no
+    more than large ones); a masked region still being extended is kept as a
+    position and its names, never as bytes, so memory stays bounded whatever the
+    input.
 
     Not guaranteed: a secret registered after part of it was already emitted cannot
     be recalled (register before output can contain it — :class:`SecretResolver`
@@ -51,6 +57,7 @@ class StreamRedactor:
         self._pending: list[Interval] = []  # accepted detector spans not yet emitted
         self._positions: list[int] = []  # per detector: absolute resume offset
         self._closed = False
+        self._fresh = 0  # bytes received since the last decision
         self._tally = _Tally()
 
     def feed(self, chunk: AnyStr) -> AnyStr:
@@ -63,6 +70,10 @@ class StreamRedactor:
         """
         data = self._accept(chunk)
         self._buf += data
+        self._fresh += len(data)
+        if self._redactor._snapshot().detectors and self._fresh < _DETECT_STEP:
+            return typing.cast(AnyStr, "" if self._text else b"")
+        self._fresh = 0
         return typing.cast(AnyStr, self._advance(final=False))
 
     def flush(self) -> str | bytes:

@@ -132,3 +132,17 @@ def test_anchor_prefilter_on_vectors(case: dict[str, Any]) -> None:
     assert Redactor(detectors=DEFAULT_DETECTORS).redact(text) == Redactor(detectors=PLAIN).redact(
         text
     )
+
+
+def test_byte_by_byte_stream_with_detectors_is_bounded_and_exact() -> None:
+    red = Redactor(detectors=DEFAULT_DETECTORS)
+    red.register("registered-Value-1", "reg")
+    data = b"".join(FRAGMENTS) * 40
+    stream = red.stream()
+    bound = max(d.max_length for d in DEFAULT_DETECTORS) + 4096 + 8
+    out = []
+    for i in range(len(data)):
+        out.append(stream.feed(data[i : i + 1]))
+        assert stream.held_back <= bound
+    out.append(stream.flush())  # type: ignore[arg-type]
+    assert b"".join(out) == red.redact_bytes(data)
