@@ -26,7 +26,7 @@ _S = typing.TypeVar("_S", str, bytes)
 _DEFAULT_MIN_LENGTH = 8  # bytes: shorter values over-mask and make masking an oracle
 _MIN_LENGTH_FLOOR = 6  # no setting may go below this
 _MAX_SECRET_BYTES = 64 << 10  # a longer value would make a stream hold back too much
-_NAME_OK = re.compile(r"[^\x00-\x1f\x7f]{1,128}")
+_NAME_OK = re.compile(r"[^\x00-\x1f\x7f]{1,4200}")  # long enough for any reference name
 
 
 @typing.final

@@ -104,3 +104,13 @@ def test_empty_and_bad_values() -> None:
     with pytest.raises(ResolutionError) as info:
         SecretResolver(read_file=lambda p: 42).resolve("secret:file/x")  # type: ignore[arg-type,return-value]
     assert info.value.reason is ResolutionReason.BAD_VALUE
+
+
+def test_long_file_reference_resolves_and_registers(tmp_path: Path) -> None:
+    deep = "d/" * 1500 + "secret"
+    red = Redactor()
+    value = SecretResolver(read_file=lambda p: SECRET.encode(), redactor=red).resolve(
+        f"secret:file/{deep}"
+    )
+    assert value.name == f"file/{deep}"
+    assert red.redact(SECRET) == "[redacted]"
