@@ -52,6 +52,12 @@ class LogBase:
     def _commit(self, line: bytes, seq: int) -> None:
         raise NotImplementedError
 
+    def _begin_append(self) -> None:
+        """Called when an append starts (group commit counts appenders in flight)."""
+
+    def _end_write(self) -> None:
+        """Called once that append's write is done or abandoned."""
+
     def _after_commit(self, seq: int) -> None:
         """Called after the append lock is released (group commit waits here)."""
 
@@ -150,16 +156,20 @@ class LogBase:
                 op="append",
                 reason=EvidenceReason.BAD_ARGUMENT,
             )
-        data_text, copy = encode_data(data)
-        with self._lock:
-            self._check_open("append")
-            if self._readonly:
-                raise EvidenceError(
-                    "log is opened for reading", op="append", reason=EvidenceReason.READ_ONLY
+        self._begin_append()
+        try:
+            data_text, copy = encode_data(data)
+            with self._lock:
+                self._check_open("append")
+                if self._readonly:
+                    raise EvidenceError(
+                        "log is opened for reading", op="append", reason=EvidenceReason.READ_ONLY
+                    )
+                record = self._append_locked(
+                    kind, data_text=data_text, data=copy, session=session, turn=turn, actor=actor
                 )
-            record = self._append_locked(
-                kind, data_text=data_text, data=copy, session=session, turn=turn, actor=actor
-            )
+        finally:
+            self._end_write()
         self._after_commit(record.seq)
         return record
 
