@@ -76,6 +76,7 @@ class EvidenceLog(LogBase):
         torn last line (one without its newline) and record that in a ``recovery``
         record (count and sha256 of the dropped bytes); a new or empty file gets its
         ``genesis`` record (id *log_id*, random by default) and the directory is fsynced.
+        An existing log must carry *log_id* when one is given.
         For reading (``readonly=True``): no lock, no change to the file; a torn last line
         is ignored.
 
@@ -84,7 +85,7 @@ class EvidenceLog(LogBase):
             InvalidEvidenceError: a complete line fails to parse or chain — tampering,
                 never repaired.
             EvidenceError: NOT_FOUND (reading a missing file), NOT_A_FILE, IO,
-                BAD_ARGUMENT (an unknown fsync mode).
+                BAD_ARGUMENT (an unknown fsync mode, or another log id).
         """
         if fsync not in _MODES:
             raise EvidenceError(
@@ -107,6 +108,12 @@ class EvidenceLog(LogBase):
         except OSError as exc:
             raise _io("open", exc) from exc
         result = scan(buf, keep_records=True)
+        if log_id is not None and result.log_id is not None and result.log_id != log_id:
+            raise EvidenceError(
+                "the log at this path has another log id",
+                op="open",
+                reason=EvidenceReason.BAD_ARGUMENT,
+            )
         self._adopt(result.records)
         self._size = result.complete_len
         self._readonly = readonly

@@ -183,6 +183,16 @@ def test_reopen_continues_the_chain(tmp_path: Path) -> None:
     assert result.head.size == 3
 
 
+def test_log_id_must_match_an_existing_log(tmp_path: Path) -> None:
+    path = tmp_path / "ev.jsonl"
+    EvidenceLog.open(path, log_id="one").close()
+    with pytest.raises(EvidenceError) as info:
+        EvidenceLog.open(path, log_id="two")
+    assert info.value.reason is EvidenceReason.BAD_ARGUMENT
+    with EvidenceLog.open(path, log_id="one") as log:
+        assert log.log_id == "one"
+
+
 def test_readonly_open(tmp_path: Path) -> None:
     path = tmp_path / "ev.jsonl"
     with pytest.raises(EvidenceError) as info:

@@ -104,3 +104,42 @@ def test_readonly_open_of_tampered_log_fails(tmp_path: Path) -> None:
     with pytest.raises(InvalidEvidenceError) as info:
         EvidenceLog.open(path, readonly=True)
     assert (info.value.reason, info.value.seq) == (TamperReason.REORDERED, 1)
+
+
+FULL_DISK = """
+import resource, signal, sys
+from flux_evidence import EvidenceError, EvidenceLog
+path = sys.argv[1]
+log = EvidenceLog.open(path, fsync="always")
+log.append("small", {"i": 0})
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+size = log._size
+resource.setrlimit(resource.RLIMIT_FSIZE, (size + 100, resource.RLIM_INFINITY))
+try:
+    log.append("big", {"pad": "x" * 5000})
+except EvidenceError as exc:
+    print(exc.reason.value)
+resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+log.append("after", {"i": 1})
+log.close()
+"""
+
+
+def test_failed_write_leaves_no_partial_line(tmp_path: Path) -> None:
+    """A write cut short by the file-size limit (EFBIG, as a full disk) is undone."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "ev.jsonl"
+    out = subprocess.run(
+        [sys.executable, "-c", FULL_DISK, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert out.stdout.split() == ["io"]
+    result = verify(path)
+    assert result.torn_bytes == 0
+    with EvidenceLog.open(path, readonly=True) as log:
+        assert [r.kind for r in log] == ["genesis", "small", "after"]
