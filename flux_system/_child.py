@@ -131,9 +131,15 @@ class ManagedChild:
         return ChildStatus(False, code, -code if code < 0 else None, timed_out=self._timed_out)
 
     def kill(self) -> None:
-        """SIGKILL the whole tree; the drain thread then reaps it (idempotent)."""
-        if not self._done.is_set():
-            self._sp.tree.kill(self._sp.pid)
+        """SIGKILL the whole tree; the drain thread then reaps it (idempotent).
+
+        Guarantee: never signals a recycled pid or process group, by construction —
+        the leader is signalled through its pidfd, and it is reaped only after the
+        tree is marked closed under the lock this kill holds, so while the kill runs
+        the leader is at worst an unreaped zombie that still pins its pid and pgid;
+        a kill that comes after the reap does nothing.
+        """
+        self._sp.tree.kill()
 
     def join(self, timeout: float | None = None) -> bool:
         """Block until the child is reaped; ``False`` if *timeout* passed first."""

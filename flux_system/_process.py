@@ -10,6 +10,7 @@ import typing
 import weakref
 from collections.abc import Mapping, Sequence
 
+from flux_system._cgroup import CgroupPool, remove_leftovers
 from flux_system._child import ManagedChild
 from flux_system._drain import Capture, LineObserver
 from flux_system._env import DEFAULT_ENV_ALLOWLIST
@@ -32,9 +33,15 @@ _systems: weakref.WeakSet[System] = weakref.WeakSet()
 
 
 @atexit.register
-def _close_all() -> None:  # interpreter exit: no child outlives it
+def _close_all() -> None:
+    """Interpreter exit: kill and reap every child first, then remove the cgroups.
+
+    Registered after :mod:`flux_system._cgroup`'s own hook (imported above), so it runs
+    before it; the cgroups are removed here explicitly too, in that order.
+    """
     for system in list(_systems):
         system.close()
+    remove_leftovers()
 
 
 def _check_timeout(timeout: float | None) -> float | None:
@@ -74,6 +81,9 @@ class System:
         output_cap: bytes kept per stream of a ``run`` (default 1 MiB).
         max_children: cap on children running at once (``None``: no cap).
         privileges: no_new_privs / uid-gid drop / umask for every child.
+        _contain: private knob; ``False`` gives trees no pids cgroup (the path of a
+            host without one), so ``tree_contained`` is ``False`` and a process limit
+            for a root child is refused.
 
     Raises:
         SandboxUnavailableError: a sandbox was asked for.
@@ -88,6 +98,7 @@ class System:
         output_cap: int = DEFAULT_OUTPUT_CAP,
         max_children: int | None = None,
         privileges: Privileges | None = None,
+        _contain: bool = True,
     ) -> None:
         if sandbox is not None:
             raise SandboxUnavailableError(
@@ -116,6 +127,8 @@ class System:
         self._children: set[ManagedChild] = set()
         self._slots = 0
         self._closed = False
+        self._cgroups = CgroupPool(enabled=bool(_contain))
+        weakref.finalize(self, self._cgroups.close)
         _systems.add(self)
 
     # -- admission -------------------------------------------------------------------
@@ -144,7 +157,9 @@ class System:
                     reason=ProcessReason.TOO_MANY_CHILDREN,
                 )
             self._slots += 1
-        spec = SpawnSpec(items, env, self._allowlist, cwd, stdin is not None, limits, self._priv)
+        spec = SpawnSpec(
+            items, env, self._allowlist, cwd, stdin is not None, limits, self._priv, self._cgroups
+        )
         try:
             return _build_spawn(spec, self._ws)
         except BaseException:
@@ -235,7 +250,10 @@ class System:
         key = id(sess)
         with self._lock:
             self._live[key] = sess
+            closed = self._closed  # close() ran after admission: it could not see sess
         try:
+            if closed:
+                raise ProcessError("System is closed", op="run", reason=ProcessReason.CLOSED)
             deadline = None if timeout is None else t0 + timeout
             finished = drive_sync(sess, deadline)
             if not finished:
@@ -281,7 +299,10 @@ class System:
         key = id(sess)
         with self._lock:
             self._live[key] = sess
+            closed = self._closed  # close() ran after admission: it could not see sess
         try:
+            if closed:
+                raise ProcessError("System is closed", op="run", reason=ProcessReason.CLOSED)
             finished = await drive_async(sess, timeout)
             if not finished:
                 sess.kill()
@@ -335,22 +356,32 @@ class System:
                 on_done=self._child_done,
             )
             self._children.add(child)
+            closed = self._closed
+        if closed:  # close() ran after admission and could not see this child
+            child.kill()
+            child.join()
+            raise ProcessError("System is closed", op="run", reason=ProcessReason.CLOSED)
         return child
 
     # -- lifetime ------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Kill every child still running (and its tree) and refuse new ones. Idempotent."""
+        """Kill every child still running (and its tree) and refuse new ones. Idempotent.
+
+        Guarantee: the background children are reaped before this returns, and once
+        every ``run`` in flight has returned, no cgroup of this System remains.
+        """
         with self._lock:
             self._closed = True
             sessions = list(self._live.values())
             children = list(self._children)
         for sess in sessions:
-            sess.sp.tree.kill(sess.sp.pid)
+            sess.sp.tree.kill()
         for child in children:
             child.kill()
         for child in children:
             child.join()
+        self._cgroups.close()
 
     def __enter__(self) -> System:
         return self

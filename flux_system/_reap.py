@@ -1,40 +1,42 @@
 """Process trees: who belongs to a child's tree, and killing + reaping all of it.
 
-Mechanism (docs/decisions/0020-tree-kill.md): every child leads its own process group;
-when a writable cgroup v1 ``pids`` hierarchy exists, each tree also gets its own pids
-cgroup, entered by the spawning *thread* just around the fork (v1 moves single
-threads), so the child is born inside it with no code between fork and exec. A
-descendant can leave a process group (``setsid``) but not a cgroup; the cgroup is the
-tree's identity and its ``pids.max`` enforces a process limit even for root. The
-parent is a child subreaper, so orphans of the tree are re-parented to it and reaped
-here, not left as zombies.
+Mechanism (docs/decisions/0020, 0021): every child leads its own process group; when
+a writable cgroup v1 ``pids`` hierarchy exists, each tree also gets its own pids
+cgroup (a :class:`~flux_system._cgroup.Lease`), entered by the spawning *thread* just
+around the fork (v1 moves single threads), so the child is born inside it with no code
+between fork and exec. A descendant can leave a process group (``setsid``) but not a
+cgroup; the cgroup is the tree's identity and its ``pids.max`` enforces a process limit
+even for root. The parent is a child subreaper, so orphans of the tree are re-parented
+to it and reaped here, not left as zombies.
 
 Guarantee (with the cgroup): after :meth:`Tree.kill` returns, no process of the tree
-is alive, including daemonised ``setsid`` double-forked grandchildren. Without a
-writable cgroup only the process group and live descendants are killed, and
-:attr:`Tree.contained` is ``False`` so callers can report it.
+is alive, including daemonised ``setsid`` double-forked grandchildren and processes in
+cgroups nested below the tree's. The leader is reaped only by :meth:`Tree.reap`, under
+the same lock as :meth:`Tree.kill` and after marking the tree closed, so a kill never
+signals a process group or pid that was reused. Without a writable cgroup only the
+process group and live descendants are killed, and :attr:`Tree.contained` is
+``False`` so callers can report it.
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import ctypes
 import ctypes.util
-import errno
-import itertools
 import os
 import select
 import signal
 import threading
 import time
 import typing
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+
+from flux_system._cgroup import CgroupPool, Lease, pids_hierarchy_available
 
 __all__ = ["Tree", "cgroup_available", "ensure_subreaper"]
 
 _PR_SET_CHILD_SUBREAPER = 36
-_PIDS_ROOT = "/sys/fs/cgroup/pids"
+_PIDS_PREFIX = "/sys/fs/cgroup/pids"
 # Kill rounds over cgroup.procs before giving up: each round SIGKILLs every member, so
 # only a member that forked between the read and the kill survives a round.
 _MAX_KILL_ROUNDS = 1000
@@ -42,13 +44,9 @@ _MAX_KILL_ROUNDS = 1000
 _EXIT_WAIT_S = 2.0
 # Bound on the recursive /proc descendant walk of the fallback path.
 _MAX_DESCENDANTS = 65536
-# Stale per-process cgroups looked at when this process creates its own.
-_MAX_STALE = 4096
 
 _lock = threading.Lock()
 _subreaper_set = False
-_counter = itertools.count()
-_cgroup_state: dict[str, object] = {}
 
 
 def ensure_subreaper() -> None:
@@ -68,57 +66,9 @@ def ensure_subreaper() -> None:
         _subreaper_set = True
 
 
-def _cgroup_base() -> str | None:
-    """The per-process parent cgroup under the pids hierarchy, created once; or None."""
-    if "base" in _cgroup_state:
-        return typing.cast("str | None", _cgroup_state["base"])
-    with _lock:
-        if "base" in _cgroup_state:
-            return typing.cast("str | None", _cgroup_state["base"])
-        base: str | None = None
-        try:
-            with open("/proc/self/cgroup", encoding="ascii") as fh:
-                mine = next(
-                    (ln.split(":", 2)[2].strip() for ln in fh if ln.split(":")[1] == "pids"),
-                    None,
-                )
-            if mine is not None:
-                here = os.path.join(_PIDS_ROOT, mine.lstrip("/"))
-                _remove_stale(here)
-                candidate = os.path.join(here, f"flux-{os.getpid()}")
-                with contextlib.suppress(FileExistsError):
-                    os.mkdir(candidate, 0o700)
-                tasks = os.open(os.path.join(here, "tasks"), os.O_WRONLY | os.O_CLOEXEC)
-                _cgroup_state["home_tasks"] = tasks
-                atexit.register(_remove_base, candidate)
-                base = candidate
-        except (OSError, IndexError, StopIteration):
-            base = None
-        _cgroup_state["base"] = base
-        return base
-
-
-def _remove_base(base: str) -> None:
-    with contextlib.suppress(OSError):
-        for name in os.listdir(base):
-            if name.startswith("t"):
-                with contextlib.suppress(OSError):
-                    os.rmdir(os.path.join(base, name))
-        os.rmdir(base)
-
-
-def _remove_stale(here: str) -> None:
-    """Remove the (empty) cgroups left by flux processes that no longer exist."""
-    with contextlib.suppress(OSError):
-        for name in os.listdir(here)[:_MAX_STALE]:
-            pid = name.removeprefix("flux-")
-            if name.startswith("flux-") and pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
-                _remove_base(os.path.join(here, name))
-
-
 def cgroup_available() -> bool:
     """Whether trees get their own pids cgroup on this host."""
-    return _cgroup_base() is not None
+    return pids_hierarchy_available()
 
 
 def _group_and_session(pid: int) -> tuple[str, int, int] | None:
@@ -135,122 +85,173 @@ def _group_and_session(pid: int) -> tuple[str, int, int] | None:
         return None
 
 
-def _wait_readable(fds: list[int], budget_s: float) -> None:
+def _in_cgroup(pid: int, rel: str) -> bool:
+    """Whether live *pid* is in the pids cgroup *rel* or below it (``/proc/PID/cgroup``).
+
+    An exiting task shows ``/`` on v1 hierarchies: it is not (or no longer) a member.
+    """
+    try:
+        with open(f"/proc/{pid}/cgroup", encoding="ascii") as fh:
+            for line in fh:
+                parts = line.rstrip("\n").split(":", 2)
+                if len(parts) == 3 and "pids" in parts[1].split(","):
+                    return parts[2] == rel or parts[2].startswith(rel + "/")
+    except OSError:
+        pass
+    return False
+
+
+def _wait_readable(fds: list[int], budget_s: float | None) -> None:
     poller = select.poll()
     for fd in fds:
         poller.register(fd, select.POLLIN)
     pending = len(fds)
-    end = time.monotonic() + budget_s
+    end = None if budget_s is None else time.monotonic() + budget_s
     while pending:
-        left = end - time.monotonic()
-        if left <= 0:
-            return
-        for fd, _ in poller.poll(int(left * 1000) + 1):
+        if end is None:
+            wait_ms = None
+        else:
+            left = end - time.monotonic()
+            if left <= 0:
+                return
+            wait_ms = int(left * 1000) + 1
+        for fd, _ in poller.poll(wait_ms):
             poller.unregister(fd)
             pending -= 1
 
 
-def _write(path: str, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
-    try:
-        os.write(fd, text.encode("ascii"))
-    finally:
-        os.close(fd)
-
-
 @typing.final
 class Tree:
-    """The processes of one child's tree (internal; created by the spawn builder)."""
+    """The processes of one child's tree (internal; created by the spawn builder).
 
-    __slots__ = ("_closed", "_dir", "_nproc", "contained", "pgid")
+    Life: ``Tree(pool)`` → fork inside :meth:`entered` → :meth:`started` →
+    :meth:`kill` (any thread, any number of times) → :meth:`reap` (once, by the
+    owner) → :meth:`release`.
+    """
 
-    def __init__(self, *, nproc: int | None, want_cgroup: bool) -> None:
+    __slots__ = (
+        "_closed",
+        "_known_empty",
+        "_lease",
+        "_lock",
+        "_nproc",
+        "_pool",
+        "contained",
+        "leader_fd",
+        "pgid",
+    )
+
+    def __init__(self, pool: CgroupPool, *, nproc: int | None) -> None:
         self.pgid = 0
+        self.leader_fd = -1
+        self._lock = threading.Lock()
         self._closed = False
+        self._known_empty = False
         self._nproc = nproc
-        self._dir: str | None = None
-        base = _cgroup_base() if want_cgroup else None
-        if base is not None:
-            path = os.path.join(base, f"t{next(_counter)}")
+        self._pool = pool
+        lease: Lease | None = pool.acquire()
+        if lease is not None and nproc is not None:
             try:
-                os.mkdir(path, 0o700)
-                if nproc is not None:
-                    # +1: the spawning thread is a member while it forks.
-                    _write(os.path.join(path, "pids.max"), str(nproc + 1))
-                self._dir = path
+                lease.set_max(nproc + 1)  # +1: the spawning thread is a member while it forks
             except OSError:
-                with contextlib.suppress(OSError):
-                    os.rmdir(path)
-        self.contained = self._dir is not None
+                pool.release(lease, known_empty=False)
+                lease = None
+        self._lease = lease
+        self.contained = lease is not None
 
     @contextlib.contextmanager
     def entered(self) -> Iterator[None]:
         """Run the fork inside the tree's cgroup: move this thread in, then back out."""
-        if self._dir is None:
+        lease = self._lease
+        if lease is None:
             yield
             return
-        tid = str(threading.get_native_id()).encode("ascii")
-        home = typing.cast(int, _cgroup_state["home_tasks"])
-        _write(os.path.join(self._dir, "tasks"), tid.decode("ascii"))
+        tid = b"%d" % threading.get_native_id()
+        lease.enter(tid)
         try:
             yield
         finally:
-            os.write(home, tid)
+            os.write(self._pool.home(), tid)
             if self._nproc is not None:
                 with contextlib.suppress(OSError):
-                    _write(os.path.join(self._dir, "pids.max"), str(self._nproc))
+                    lease.set_max(self._nproc)
 
-    @staticmethod
-    def _members(path: str) -> list[int]:
-        try:
-            with open(os.path.join(path, "cgroup.procs"), encoding="ascii") as fh:
-                return [int(x) for x in fh.read().split()]
-        except FileNotFoundError:
-            return []
+    def started(self, pid: int, pidfd: int) -> None:
+        """Record the leader: its pid is the tree's pgid; *pidfd* pins its identity."""
+        self.pgid = pid
+        self.leader_fd = pidfd
 
-    def kill(self, leader: int) -> bool:
+    def kill(self, *, leader_exited: bool = False) -> bool:
         """SIGKILL every process of the tree and reap the re-parented ones.
 
-        The leader itself is not reaped here (its owner reaps it). Returns whether the
-        tree is known to be empty. After :meth:`close` (leader reaped) it does nothing:
-        the pgid and pid may have been reused.
+        Safe from any thread at any time: the leader is reaped only by :meth:`reap`,
+        under the same lock, after the tree is marked closed — so while this runs the
+        leader's pid and pgid still belong to the tree (an unreaped zombie pins both),
+        and after :meth:`reap` it does nothing. Returns whether the tree is known empty.
         """
-        if self._closed:
-            return True
+        with self._lock:
+            if self._closed:
+                return True
+            return self._kill_locked(leader_exited)
+
+    def _kill_locked(self, leader_exited: bool) -> bool:
+        lease = self._lease
+        if lease is not None and leader_exited:
+            with contextlib.suppress(OSError, ValueError):
+                if lease.current() <= 1:  # only the exited, unreaped leader: none alive
+                    self._known_empty = True
+                    return True
+        if self.leader_fd >= 0 and not leader_exited:
+            with contextlib.suppress(OSError):
+                signal.pidfd_send_signal(self.leader_fd, signal.SIGKILL)
         if self.pgid:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.pgid, signal.SIGKILL)
         groups = {self.pgid} if self.pgid else set()
         sessions: set[int] = set()
-        path = self._dir  # read once: another thread may close() the tree meanwhile
-        if path is None:
-            self._kill_descendants(leader)
-            self._reap_adopted(leader, groups, sessions)
+        if lease is None:
+            self._kill_descendants(self.pgid)
+            self._reap_adopted(self.pgid, groups, sessions)
             return False
-        empty = False
+        empty = self._kill_members(lease, groups, sessions)
+        self._reap_adopted(self.pgid, groups, sessions)
+        return empty
+
+    def _kill_members(self, lease: Lease, groups: set[int], sessions: set[int]) -> bool:
+        rel = lease.path.removeprefix(_PIDS_PREFIX)
+        me = os.getpid()
         for _ in range(_MAX_KILL_ROUNDS):
-            members = self._members(path)
+            try:
+                members = [pid for pid in lease.members() if pid != me]
+            except OSError:
+                return False
             if not members:
-                empty = True
-                break
+                return True
             pidfds: list[int] = []
             try:
                 for pid in members:
+                    try:
+                        pidfd = os.pidfd_open(pid)
+                    except OSError:
+                        continue
+                    pidfds.append(pidfd)
+                    # The pidfd pins the process: if it is still alive, /proc/PID is it,
+                    # so a pid reused by a non-member between the read and the open is
+                    # never signalled. (Dead: the signal below is a no-op.)
+                    if pid != self.pgid and not _in_cgroup(pid, rel):
+                        continue
                     ids = _group_and_session(pid)
                     if ids is not None:
                         groups.add(ids[1])
                         sessions.add(ids[2])
                     with contextlib.suppress(OSError):
-                        pidfd = os.pidfd_open(pid)
-                        pidfds.append(pidfd)
                         signal.pidfd_send_signal(pidfd, signal.SIGKILL)
                 # Wait until they have exited: only then are their children re-parented.
                 _wait_readable(pidfds, _EXIT_WAIT_S)
             finally:
                 for pidfd in pidfds:
                     os.close(pidfd)
-        self._reap_adopted(leader, groups, sessions)
-        return empty
+        return False
 
     @staticmethod
     def _reap_adopted(leader: int, groups: set[int], sessions: set[int]) -> None:
@@ -273,10 +274,10 @@ class Tree:
             ids = _group_and_session(pid)
             if ids is None or (ids[1] not in groups and ids[2] not in sessions):
                 continue
-            Tree._kill_and_reap(pid, leader)  # SIGKILL (if alive) + reap
+            Tree._kill_and_reap(pid)
 
     @staticmethod
-    def _kill_and_reap(pid: int, leader: int) -> None:
+    def _kill_and_reap(pid: int) -> None:
         try:
             pidfd = os.pidfd_open(pid)
         except OSError:
@@ -284,10 +285,9 @@ class Tree:
         try:
             with contextlib.suppress(OSError):
                 signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-            if pid != leader:
-                # Reaps it when it was re-parented to us (subreaper); else not ours.
-                with contextlib.suppress(ChildProcessError, OSError):
-                    os.waitid(os.P_PIDFD, pidfd, os.WEXITED)
+            # Reaps it when it was re-parented to us (subreaper); else not ours.
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitid(os.P_PIDFD, pidfd, os.WEXITED)
         finally:
             os.close(pidfd)
 
@@ -308,15 +308,22 @@ class Tree:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
 
-    def close(self) -> None:
-        """Remove the tree's cgroup (it is empty after :meth:`kill`); call after reaping."""
+    def reap(self, wait: Callable[[], int]) -> int:
+        """Reap the leader with *wait* once it has exited; later kills do nothing.
+
+        The exit is awaited on the pidfd (which does not reap), then the tree is marked
+        closed and *wait* runs under the kill lock: no :meth:`kill` can be between its
+        check and its signals when the leader's pid and pgid are released.
+        """
+        if self.leader_fd >= 0:
+            _wait_readable([self.leader_fd], None)
+        with self._lock:
+            self._closed = True
+            return wait()
+
+    def release(self) -> None:
+        """Give the cgroup back to the pool (reused if empty, else removed); after reap."""
         self._closed = True
-        self.pgid = 0
-        if self._dir is None:
-            return
-        try:
-            os.rmdir(self._dir)
-        except OSError as exc:
-            if exc.errno != errno.ENOENT:
-                return
-        self._dir = None
+        lease, self._lease = self._lease, None
+        if lease is not None:
+            self._pool.release(lease, known_empty=self._known_empty)

@@ -109,13 +109,13 @@ class Session:
         if self.sp.stdin_fd is not None:
             self._close_stdin()
         self.forget(self.sp.pidfd)
-        self.sp.tree.kill(self.sp.pid)
+        self.sp.tree.kill(leader_exited=True)
         self._killed_after_exit = True
 
     def kill(self) -> None:
         """Kill the whole tree now (timeout, cancellation, ``kill()``)."""
-        self._killed_after_exit = False  # finish() kills again after the reap wait
-        self.sp.tree.kill(self.sp.pid)
+        self._killed_after_exit = False  # finish() kills again before the reap
+        self.sp.tree.kill()
         if self.sp.stdin_fd is not None:
             self._close_stdin()
 
@@ -131,11 +131,16 @@ class Session:
                 self.on_readable(fd)
 
     def finish(self) -> int:
-        """Reap the leader, remove the tree's cgroup, close every fd; return the status."""
+        """Kill the tree, reap the leader, give back its cgroup, close every fd.
+
+        Returns the leader's status. The leader is reaped only once the tree is dead
+        (so its pgid is never reused while a kill could still target it).
+        """
+        tree = self.sp.tree
         if not self._killed_after_exit:
-            self.sp.tree.kill(self.sp.pid)
-        code = self.sp.popen.wait()
-        self.sp.tree.close()
+            tree.kill()
+        code = tree.reap(self.sp.popen.wait)
+        tree.release()
         for fd in list(self._sinks):
             self.forget(fd)
         self._sinks.clear()

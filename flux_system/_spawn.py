@@ -22,6 +22,7 @@ import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from flux_system._cgroup import CgroupPool
 from flux_system._drain import grow_pipe
 from flux_system._env import build_env, resolve_argv0
 from flux_system._exceptions import ProcessError, ProcessReason, SpawnError
@@ -46,6 +47,7 @@ class SpawnSpec:
     with_stdin: bool
     limits: Limits | None
     privileges: Privileges
+    cgroups: CgroupPool
 
 
 @typing.final
@@ -131,9 +133,9 @@ def _build_spawn(spec: SpawnSpec, ws: DirAuthority) -> Spawned:
     child_uid = priv.uid if priv.uid is not None else os.geteuid()
     nproc = limits.nproc if limits is not None else None
     ensure_subreaper()
-    tree = Tree(nproc=nproc, want_cgroup=True)
+    tree = Tree(spec.cgroups, nproc=nproc)
     if nproc is not None and child_uid == 0 and not tree.contained:
-        tree.close()
+        tree.release()
         raise SpawnError(
             "a process limit cannot be enforced for a root child without a pids cgroup",
             op="run",
@@ -147,6 +149,7 @@ def _build_spawn(spec: SpawnSpec, ws: DirAuthority) -> Spawned:
     theirs: list[int] = []
     cwd_fd = -1
     probe: int | None = None
+    popen: subprocess.Popen[bytes] | None = None
     try:
         cwd_fd = ws._open_dir_fd(spec.cwd)
         cwd_link = f"/proc/self/fd/{cwd_fd}"
@@ -163,8 +166,8 @@ def _build_spawn(spec: SpawnSpec, ws: DirAuthority) -> Spawned:
         theirs.append(err_w)
         grow_pipe(out_r)
         grow_pipe(err_r)
-        try:
-            with tree.entered():
+        with tree.entered():
+            try:
                 popen = subprocess.Popen(
                     spec.argv,
                     executable=executable,
@@ -181,24 +184,27 @@ def _build_spawn(spec: SpawnSpec, ws: DirAuthority) -> Spawned:
                     extra_groups=[] if priv.uid is not None or priv.gid is not None else None,
                     preexec_fn=preexec,  # noqa: PLW1509 - only for limits; no locks taken
                 )
-        except (OSError, subprocess.SubprocessError) as exc:
-            raise _translate(exc, target, cwd_link) from exc
-        tree.pgid = popen.pid
+            except (OSError, subprocess.SubprocessError) as exc:
+                raise _translate(exc, target, cwd_link) from exc
         try:
             pidfd = os.pidfd_open(popen.pid)
         except OSError as exc:  # pragma: no cover - pidfd_open on a just-forked child
-            tree.kill(popen.pid)
-            popen.wait()
-            tree.close()
             raise SpawnError(
                 "pidfd_open failed", op="run", target=target, reason=_SPAWN_FAILED
             ) from exc
+        tree.started(popen.pid, pidfd)
     except BaseException:
         for fd in ours:
             os.close(fd)
         if probe is not None:
             os.close(probe)
-        tree.close()
+        if popen is not None:  # started, then something failed: no survivor
+            tree.started(popen.pid, tree.leader_fd)
+            tree.kill()
+            tree.reap(popen.wait)
+            if tree.leader_fd >= 0:
+                os.close(tree.leader_fd)
+        tree.release()
         raise
     finally:
         for fd in theirs:
