@@ -117,7 +117,8 @@ def bench_get() -> dict[str, float]:
         )
         plain = httpx.Client(trust_env=False)
         g_url = f"http://svc.bench.example:{port}/items?page=2"
-        p_url = f"http://127.0.0.1:{port}/items?page=2"
+        # The same URL shape (a hostname); it resolves once, for the kept-alive connection.
+        p_url = f"http://localhost:{port}/items?page=2"
         for _ in range(200):  # warm both pools and code paths
             guarded.get(g_url)
             plain.get(p_url)

@@ -61,7 +61,7 @@ class PrivateNetAllow:
         ValueError: a malformed pattern or CIDR (host bits set count as malformed).
     """
 
-    __slots__ = ("_cidrs", "_hosts")
+    __slots__ = ("_cidrs", "_hosts", "_ranges")
 
     def __init__(
         self,
@@ -86,6 +86,9 @@ class PrivateNetAllow:
             if len(nets) > _MAX_PATTERNS:
                 raise ValueError(f"cidrs: more than {_MAX_PATTERNS} networks")
         self._cidrs = tuple(dict.fromkeys(nets))
+        self._ranges = tuple(
+            (n.version, int(n.network_address), int(n.broadcast_address)) for n in self._cidrs
+        )
 
     @classmethod
     def none(cls) -> PrivateNetAllow:
@@ -106,7 +109,8 @@ class PrivateNetAllow:
 
     def admits_address(self, address: IPv4Address | IPv6Address) -> bool:
         """True when *address* lies in a granted CIDR (same family only)."""
-        return any(address.version == net.version and address in net for net in self._cidrs)
+        version, value = address.version, int(address)
+        return any(v == version and lo <= value <= hi for v, lo, hi in self._ranges)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, PrivateNetAllow):

@@ -51,10 +51,13 @@ class DeadlineTimeouts(Mapping[str, float | None]):
         return left if base is None else min(base, left)
 
     def get(self, key: str, default: object = None) -> float | None:
-        """As ``Mapping.get`` (httpcore calls this before every socket operation)."""
+        """As ``Mapping.get``; httpcore calls it before every socket operation."""
         if key not in self._base:
             return default  # type: ignore[return-value]
-        return self[key]
+        base = self._base[key]
+        left = self.deadline - self._clock()
+        left = max(left, MIN_TIMEOUT)
+        return left if base is None or base > left else base
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._base)

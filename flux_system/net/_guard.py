@@ -17,6 +17,8 @@ from flux_system.net._url import ParsedHost, normalize_host, parse_url
 
 __all__ = ["DEFAULT_PORTS", "GuardedTarget", "guard_host", "guard_url"]
 
+_ADDRESS_TYPES: Final = (IPv4Address, IPv6Address)
+
 #: ``ports=None`` means these, for either scheme (DESIGN §2.4).
 DEFAULT_PORTS: Final = frozenset({80, 443})
 
@@ -176,7 +178,7 @@ def _decide(
         raise _deny(EgressReason.RESOLUTION_FAILED, "no address", op, host)
     vetted: list[IPv4Address | IPv6Address] = []
     for answer in answers:  # at most MAX_ANSWERS: the quadratic dedupe is bounded
-        if not isinstance(answer, IPv4Address | IPv6Address):
+        if not isinstance(answer, _ADDRESS_TYPES):
             raise _deny(EgressReason.RESOLUTION_FAILED, "answer is not an address", op, host)
         _vet(answer, grants, op, host)
         if answer not in vetted:
@@ -185,7 +187,7 @@ def _decide(
 
 
 def _vet(address: IPv4Address | IPv6Address, grants: PrivateNetAllow, op: str, host: str) -> None:
-    if isinstance(address, IPv6Address) and address.scope_id is not None:
+    if address.version == 6 and address.scope_id is not None:
         raise _deny(EgressReason.ZONE_ID, "address with a zone id", op, host, str(address))
     entry = classify_address(address)
     if entry is not None and not grants.admits_address(address):
