@@ -161,8 +161,8 @@ def _decide(
         return GuardedTarget(url, scheme, host, port, (parsed.ip,))
     if is_internal_name(host) and not grants.admits_name(host):
         raise _deny(EgressReason.INTERNAL_NAME, "internal name", op, host)
-    chosen = _system_resolver() if resolver is None else resolver
     try:
+        chosen = _system_resolver() if resolver is None else resolver
         answers = chosen.resolve(host, port)
     except EgressDeniedError as exc:
         if exc.reason is EgressReason.TOO_MANY_ANSWERS:

@@ -103,7 +103,9 @@ class LoopbackHTTP:
     sni: list[str | None] = field(default_factory=list)
 
     def __enter__(self) -> LoopbackHTTP:
-        cls = _HTTPServer if self.tls is None else _TLSServer
+        base = _HTTPServer if self.tls is None else _TLSServer
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        cls = type("_Server", (base,), {"address_family": family})
         self._server = cls((self.host, self.port), Handler)
         self._server.owner = self
         if self.tls is not None:

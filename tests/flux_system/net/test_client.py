@@ -366,6 +366,24 @@ def test_blocked_before_any_connection_with_no_grant(port: int) -> None:
     assert info.value.reason is EgressReason.BLOCKED_ADDRESS and srv.seen == []
 
 
+def test_ipv6_loopback_by_name_and_by_literal() -> None:
+    with LoopbackHTTP("::1", 0, routes={"/": _echo_headers}) as srv:
+        v6 = StaticResolver({"v6.flux.example": ["::1"]})
+        grant = PrivateNetAllow(cidrs=["::1/128"])
+        with guarded_client(allow=grant, resolver=v6, ports=[srv.port]) as client:
+            by_name = client.get(f"http://v6.flux.example:{srv.port}/")
+            by_literal = client.get(f"http://[::1]:{srv.port}/")
+        with guarded_client(resolver=v6, ports=[srv.port]) as client:
+            with pytest.raises(EgressDeniedError) as info:
+                client.get(f"http://[0:0:0:0:0:0:0:1]:{srv.port}/")
+    assert by_name.status_code == by_literal.status_code == 200
+    assert [s.headers["host"] for s in srv.seen] == [
+        f"v6.flux.example:{srv.port}",
+        f"[::1]:{srv.port}",
+    ]
+    assert info.value.reason is EgressReason.BLOCKED_ADDRESS and info.value.address == "::1"
+
+
 # ------------------------------------------------------------------ async
 
 
