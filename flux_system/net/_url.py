@@ -187,7 +187,7 @@ def normalize_host(text: str, *, op: str = "guard_host") -> ParsedHost:
         return _ipv4(labels, op)
     if host.isascii():
         host = host.lower()
-        if not any(label.startswith("xn--") for label in labels):
+        if not any(label.lower().startswith("xn--") for label in labels):
             _check_ldh(host, op)
             return ParsedHost(host, None)
     ascii_host = _idna(host, op)
