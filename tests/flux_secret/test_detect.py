@@ -146,3 +146,14 @@ def test_byte_by_byte_stream_with_detectors_is_bounded_and_exact() -> None:
         assert stream.held_back <= bound
     out.append(stream.flush())  # type: ignore[arg-type]
     assert b"".join(out) == red.redact_bytes(data)
+
+
+@pytest.mark.parametrize("cut", [1, 7, 4096, 5000])
+def test_detector_limit_inside_a_character_widens_to_the_boundary(cut: int) -> None:
+    text = "password=" + "秘" * 2000 + " tail"  # 6000 bytes of value: the limit cuts a char
+    whole = RED.redact(text)
+    assert whole.startswith("password=[redacted]")
+    assert whole.endswith(" tail")
+    stream = RED.stream()
+    out = stream.feed(text[:cut]) + stream.feed(text[cut:]) + stream.flush()  # type: ignore[operator]
+    assert out == whole
