@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 _PIDS_ROOT = "/sys/fs/cgroup/pids"
-POOL_MAX = 4  # empty cgroups one System keeps for reuse (each holds three fds)
+POOL_MAX = 4  # empty cgroups one System keeps for reuse (each holds four fds)
 # Cgroup directories walked below one tree's cgroup (a root child may create them).
 _MAX_NESTED = 256
 # Stale per-process cgroups looked at when this process creates its own.
@@ -165,13 +165,14 @@ def pids_hierarchy_available() -> bool:
 class Lease:
     """One tree's cgroup, held by exactly one tree until released to its pool."""
 
-    __slots__ = ("_current", "_procs", "_tasks", "max_set", "path")
+    __slots__ = ("_current", "_dir", "_procs", "_tasks", "max_set", "path")
 
     def __init__(self, path: str) -> None:
         self.path = path
         self.max_set = False
-        self._tasks = self._procs = self._current = -1
+        self._dir = self._tasks = self._procs = self._current = -1
         try:
+            self._dir = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
             self._tasks = os.open(os.path.join(path, "tasks"), _WR)
             self._procs = os.open(os.path.join(path, "cgroup.procs"), _RD)
             self._current = os.open(os.path.join(path, "pids.current"), _RD)
@@ -194,7 +195,7 @@ class Lease:
     def members(self) -> list[int]:
         """Live processes in this cgroup and every cgroup nested below it (bounded)."""
         pids = [int(x) for x in _pread_all(self._procs).split()]
-        if os.stat(self.path).st_nlink <= 2:  # kernfs: 2 + number of subdirectories
+        if os.fstat(self._dir).st_nlink <= 2:  # kernfs: 2 + number of subdirectories
             return pids
         stack: list[str] = []
         with contextlib.suppress(OSError), os.scandir(self.path) as it:
@@ -213,18 +214,18 @@ class Lease:
     def reusable(self, known_empty: bool) -> bool:
         """Empty and flat: nothing charged (known or read) and no nested cgroup."""
         try:
-            if os.stat(self.path).st_nlink != 2:
+            if os.fstat(self._dir).st_nlink != 2:
                 return False
             return known_empty or self.current() == 0
         except (OSError, ValueError):
             return False
 
     def close_fds(self) -> None:
-        for fd in (self._tasks, self._procs, self._current):
+        for fd in (self._dir, self._tasks, self._procs, self._current):
             if fd >= 0:
                 with contextlib.suppress(OSError):
                     os.close(fd)
-        self._tasks = self._procs = self._current = -1
+        self._dir = self._tasks = self._procs = self._current = -1
 
 
 @typing.final

@@ -16,7 +16,16 @@ import os
 import typing
 from collections.abc import Callable
 
-__all__ = ["CHUNK", "MAX_LINE", "Capture", "LineObserver", "Ring", "decode_capped", "grow_pipe"]
+__all__ = [
+    "CHUNK",
+    "MAX_LINE",
+    "Capture",
+    "LineObserver",
+    "Ring",
+    "decode_capped",
+    "devnull",
+    "grow_pipe",
+]
 
 LineObserver = Callable[[str, bytes], None]
 """Called with ``("stdout" | "stderr", line)`` for each line, newline included."""
@@ -24,18 +33,24 @@ LineObserver = Callable[[str, bytes], None]
 CHUNK = 1 << 20  # one read: the largest pipe buffer an unprivileged process may set
 MAX_LINE = 1 << 16  # a line longer than this reaches the observer in pieces (memory bound)
 _F_SETPIPE_SZ = 1031
+_PIPE_DEFAULT = 1 << 16  # a read this large means the pipe was full: grow it then
 _devnull_fd: int | None = None
 
 
-def _devnull() -> int:
-    global _devnull_fd  # noqa: PLW0603 - one shared sink for splice
+def devnull() -> int:
+    """One shared ``/dev/null`` fd (read-write): the splice sink and children's stdin."""
+    global _devnull_fd  # noqa: PLW0603 - opened once, never closed
     if _devnull_fd is None:
-        _devnull_fd = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+        _devnull_fd = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
     return _devnull_fd
 
 
 def grow_pipe(fd: int) -> None:
-    """Ask for a 1 MiB pipe buffer (fewer wake-ups); best effort, the default works too."""
+    """Ask for a 1 MiB pipe buffer (fewer wake-ups); best effort, the default works too.
+
+    Called by a reader once a read found the pipe full, so a child with little output
+    (the common case) never pays for it.
+    """
     with contextlib.suppress(OSError):
         fcntl.fcntl(fd, _F_SETPIPE_SZ, CHUNK)
 
@@ -80,10 +95,11 @@ class _Lines:
 class Capture:
     """One output stream of a run: the first ``cap`` bytes kept, the rest counted."""
 
-    __slots__ = ("_buf", "_lines", "cap", "dropped")
+    __slots__ = ("_buf", "_grown", "_lines", "cap", "dropped")
 
     def __init__(self, name: str, cap: int, observer: LineObserver | None) -> None:
         self.cap = cap
+        self._grown = False
         self._buf = bytearray()
         self.dropped = 0
         self._lines = _Lines(name, observer) if observer is not None else None
@@ -111,8 +127,11 @@ class Capture:
         """Read what is available on *fd*; return ``False`` at EOF."""
         try:
             if len(self._buf) >= self.cap and self._lines is None:
-                n = os.splice(fd, _devnull(), CHUNK)
+                n = os.splice(fd, devnull(), CHUNK)
                 self.dropped += n
+                if n >= _PIPE_DEFAULT and not self._grown:
+                    self._grown = True
+                    grow_pipe(fd)
                 return n > 0
             data = os.read(fd, CHUNK)
         except BlockingIOError:
@@ -121,6 +140,9 @@ class Capture:
             if self._lines is not None:
                 self._lines.flush()
             return False
+        if len(data) >= _PIPE_DEFAULT and not self._grown:
+            self._grown = True
+            grow_pipe(fd)
         self.accept(data)
         return True
 
@@ -129,10 +151,11 @@ class Capture:
 class Ring:
     """A background child's bounded buffer: keeps the newest ``cap`` bytes."""
 
-    __slots__ = ("_chunks", "_lines", "_size", "cap", "dropped")
+    __slots__ = ("_chunks", "_grown", "_lines", "_size", "cap", "dropped")
 
     def __init__(self, name: str, cap: int, observer: LineObserver | None) -> None:
         self.cap = cap
+        self._grown = False
         self._chunks: collections.deque[bytes] = collections.deque()
         self._size = 0
         self.dropped = 0
@@ -148,6 +171,9 @@ class Ring:
             if self._lines is not None:
                 self._lines.flush()
             return False
+        if len(data) >= _PIPE_DEFAULT and not self._grown:
+            self._grown = True
+            grow_pipe(fd)
         if self._lines is not None:
             self._lines.feed(data)
         self.accept(data)

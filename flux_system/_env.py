@@ -123,10 +123,10 @@ def build_env(
     """Return the child's environment: empty, plus the allow-list, plus *caller_env* last."""
     parent = os.environ if parent_env is None else parent_env
     env: dict[str, str] = {}
-    for name in allowlist:
+    for name in allowlist.intersection(parent):  # one pass, no lookups of absent names
         if _is_hook(name):
             continue
-        value = parent.get(name)
+        value = parent.get(name)  # present a moment ago; another thread may unset it
         if value is not None and "\0" not in value:
             env[name] = value
     if caller_env is not None:

@@ -308,14 +308,15 @@ class Tree:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
 
-    def reap(self, wait: Callable[[], int]) -> int:
+    def reap(self, wait: Callable[[], int], *, exited: bool = False) -> int:
         """Reap the leader with *wait* once it has exited; later kills do nothing.
 
-        The exit is awaited on the pidfd (which does not reap), then the tree is marked
-        closed and *wait* runs under the kill lock: no :meth:`kill` can be between its
-        check and its signals when the leader's pid and pgid are released.
+        The exit is awaited on the pidfd (which does not reap) unless the caller saw it
+        (*exited*), then the tree is marked closed and *wait* runs under the kill lock:
+        no :meth:`kill` can be between its check and its signals when the leader's pid
+        and pgid are released.
         """
-        if self.leader_fd >= 0:
+        if self.leader_fd >= 0 and not exited:
             _wait_readable([self.leader_fd], None)
         with self._lock:
             self._closed = True

@@ -139,7 +139,7 @@ class Session:
         tree = self.sp.tree
         if not self._killed_after_exit:
             tree.kill()
-        code = tree.reap(self.sp.popen.wait)
+        code = tree.reap(self.sp.popen.wait, exited=self.exited)
         tree.release()
         for fd in list(self._sinks):
             self.forget(fd)

@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from flux_system._cgroup import CgroupPool
-from flux_system._drain import grow_pipe
+from flux_system._drain import devnull
 from flux_system._env import build_env, resolve_argv0
 from flux_system._exceptions import ProcessError, ProcessReason, SpawnError
 from flux_system._limits import Limits, Privileges, make_preexec
@@ -164,14 +164,12 @@ def _build_spawn(spec: SpawnSpec, ws: DirAuthority) -> Spawned:
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
         ours.append(err_r)
         theirs.append(err_w)
-        grow_pipe(out_r)
-        grow_pipe(err_r)
         with tree.entered():
             try:
                 popen = subprocess.Popen(
                     spec.argv,
                     executable=executable,
-                    stdin=theirs[0] if spec.with_stdin else subprocess.DEVNULL,
+                    stdin=theirs[0] if spec.with_stdin else devnull(),
                     stdout=out_w,
                     stderr=err_w,
                     cwd=cwd_link,
