@@ -13,7 +13,7 @@ import httpx
 
 from flux_system.net._allow import EgressPolicy, PrivateNetAllow
 from flux_system.net._guard import GuardedTarget, guard_url
-from flux_system.net._pins import PINS, map_httpcore_errors, pinned_addresses
+from flux_system.net._pins import PINS, check_deadline, map_httpcore_errors, pinned_addresses
 from flux_system.net._resolver import Resolver
 from flux_system.net._transport import build_core_request, default_ssl_context
 
@@ -120,6 +120,7 @@ class AsyncGuardedTransport(httpx.AsyncBaseTransport):
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         target = await self.guard(str(request.url))
         core, pins = build_core_request(request, target)
+        check_deadline(pins, target.host)  # the resolution may have used it all up
         token = PINS.set(pins)
         try:
             with map_httpcore_errors():

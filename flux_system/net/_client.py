@@ -49,7 +49,9 @@ class GuardedClient(httpx.Client):
     retried; the body is read up to ``limits.max_body`` with a truncation flag. No
     proxy from the environment is ever used (``trust_env=False``).
     Not guaranteed: streaming — the body is always read (up to the cap) before
-    :meth:`send` returns, also for ``client.stream(...)``.
+    :meth:`send` returns, also for ``client.stream(...)``; a DNS lookup in progress is
+    not interrupted by the deadline (it is bounded by the resolver's own timeout, and
+    the deadline is checked right after it, before any connection).
     """
 
     def __init__(

@@ -99,11 +99,8 @@ def finish_response(
 ) -> GuardedResponse:
     """Build the :class:`GuardedResponse` for *raw*, whose body has been read as *body*."""
     raw_headers = raw.headers
-    if (
-        "content-encoding" in raw_headers
-        or "transfer-encoding" in raw_headers
-        or raw_headers.get("content-length") != str(len(body))
-    ):
+    if "content-encoding" in raw_headers or truncated:
+        # The body we hand out is decoded and/or cut: describe that body, not the wire.
         kept = [(k, v) for k, v in raw_headers.multi_items() if k.lower() not in _DROP_ON_FINISH]
         raw_headers = httpx.Headers([*kept, ("Content-Length", str(len(body)))])
     out = GuardedResponse(

@@ -19,7 +19,10 @@ from typing import Final, final
 import httpcore
 import httpx
 
-__all__ = ["PINS", "Pins", "map_httpcore_errors", "pinned_addresses"]
+from flux_system._exceptions import EgressDeniedError, EgressReason
+from flux_system.net._deadline import MIN_TIMEOUT
+
+__all__ = ["PINS", "Pins", "check_deadline", "map_httpcore_errors", "pinned_addresses"]
 
 
 @final
@@ -45,6 +48,21 @@ def pinned_addresses(host: str, port: int) -> tuple[Pins, tuple[IPv4Address | IP
     if pins is None or not addresses:
         raise httpcore.ConnectError(f"no vetted address for {host}:{port} (refused)")
     return pins, addresses
+
+
+def check_deadline(pins: Pins, host: str) -> None:
+    """Raise ``EgressDeniedError(DEADLINE)`` when the request's total deadline is spent.
+
+    A resolution in progress is not interrupted (bounded by the resolver's own timeout);
+    this check stops the request right after it, before any connection.
+    """
+    if pins.remaining is not None and pins.remaining() <= MIN_TIMEOUT:
+        raise EgressDeniedError(
+            "request: total deadline expired",
+            op="request",
+            target=host,
+            reason=EgressReason.DEADLINE,
+        )
 
 
 _ERROR_MAP: Final[tuple[tuple[type[Exception], type[httpx.TransportError]], ...]] = (

@@ -7,6 +7,7 @@ live together here.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from ipaddress import IPv4Address, IPv6Address, ip_address
 from typing import Final, Protocol, final, runtime_checkable
@@ -103,14 +104,14 @@ class DnsResolver:
         nameservers: IP addresses of the nameservers; ``None`` reads the system
             configuration (/etc/resolv.conf).
         port: the nameservers' port.
-        timeout: seconds for the whole lookup of one record type.
+        timeout: seconds for the whole lookup (A and AAAA together).
         max_answers: cap on addresses returned (A and AAAA together).
 
     Raises:
         TypeError, ValueError: bad arguments.
     """
 
-    __slots__ = ("_max", "_resolver")
+    __slots__ = ("_max", "_resolver", "_timeout")
 
     def __init__(
         self,
@@ -142,6 +143,7 @@ class DnsResolver:
         resolver.retry_servfail = False
         self._resolver = resolver
         self._max = max_answers
+        self._timeout = float(timeout)
 
     def resolve(self, host: str, port: int) -> Sequence[IPv4Address | IPv6Address]:
         """Query A then AAAA for *host* (absolute) and return every address.
@@ -155,10 +157,14 @@ class DnsResolver:
         except dns.exception.DNSException:
             raise _failed(host, "not a DNS name") from None
         found: list[IPAddress] = []
+        deadline = time.monotonic() + self._timeout  # one budget for both record types
         for rdtype in (dns.rdatatype.A, dns.rdatatype.AAAA):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise _failed(host, "lookup timed out")
             try:
                 answer = self._resolver.resolve(
-                    qname, rdtype, search=False, raise_on_no_answer=False
+                    qname, rdtype, search=False, raise_on_no_answer=False, lifetime=left
                 )
             except dns.resolver.NXDOMAIN:
                 continue

@@ -21,7 +21,7 @@ import httpx
 from flux_system.net._allow import EgressPolicy, PrivateNetAllow
 from flux_system.net._deadline import DeadlineTimeouts
 from flux_system.net._guard import GuardedTarget, guard_url
-from flux_system.net._pins import PINS, Pins, map_httpcore_errors, pinned_addresses
+from flux_system.net._pins import PINS, Pins, check_deadline, map_httpcore_errors, pinned_addresses
 from flux_system.net._resolver import Resolver
 
 __all__ = ["GuardedTransport", "build_core_request", "default_ssl_context"]
@@ -187,6 +187,7 @@ class GuardedTransport(httpx.BaseTransport):
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         target = self.guard(str(request.url))
         core, pins = build_core_request(request, target)
+        check_deadline(pins, target.host)  # the resolution may have used it all up
         token = PINS.set(pins)
         try:
             with map_httpcore_errors():

@@ -14,6 +14,7 @@ import socketserver
 import ssl
 import struct
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -179,7 +180,9 @@ class FlipDnsServer:
         first: dict[str, list[str]],
         then: dict[str, list[str]] | None = None,
         cname: dict[str, str] | None = None,
+        delay: float = 0.0,
     ) -> None:
+        self.delay = delay  # seconds before each answer (a slow resolver)
         self.first = first
         self.then = first if then is None else then
         self.cname = cname or {}
@@ -268,7 +271,10 @@ class FlipDnsServer:
             except (TimeoutError, OSError):
                 continue
             with contextlib.suppress(Exception):
-                self._udp.sendto(self._answer(wire, "udp"), peer)
+                reply = self._answer(wire, "udp")
+                if self.delay:
+                    time.sleep(self.delay)
+                self._udp.sendto(reply, peer)
 
     def _serve_tcp(self) -> None:
         while not self._stop.is_set():

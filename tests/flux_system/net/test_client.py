@@ -269,6 +269,14 @@ def test_body_cap_and_truncation_flag(port: int) -> None:
     assert packed.headers["content-length"] == "1000"
 
 
+def test_head_keeps_the_servers_content_length(port: int) -> None:
+    with LoopbackHTTP("127.0.0.1", port, routes={"/": _big(5000)}):
+        with _client(port) as client:
+            r = client.head(f"http://a.flux.example:{port}/")
+    assert r.status_code == 200 and r.content == b"" and not r.truncated
+    assert r.headers["content-length"] == "5000"
+
+
 def test_default_cap_is_10_mib(port: int) -> None:
     size = 10 * 1024 * 1024
     with LoopbackHTTP("127.0.0.1", port, routes={"/": _big(size + 1)}):

@@ -14,7 +14,14 @@ import dns.query
 import pytest
 
 from flux_system import EgressDeniedError, EgressReason
-from flux_system.net import DnsResolver, PrivateNetAllow, dial_tcp, guard_url, guarded_client
+from flux_system.net import (
+    DnsResolver,
+    PrivateNetAllow,
+    RequestLimits,
+    dial_tcp,
+    guard_url,
+    guarded_client,
+)
 from tests.flux_system.net._servers import FlipDnsServer, Handler, LoopbackHTTP, free_port_on
 
 NAME = "rebind.flux.example"
@@ -147,3 +154,30 @@ def test_dial_tcp_pins_too() -> None:
         with sock:
             assert sock.getpeername() == ("127.0.0.2", port)
         assert dns_server.queries() == [(NAME, "A"), (NAME, "AAAA")]
+
+
+def test_resolver_timeout_is_one_budget_for_both_record_types() -> None:
+    # Each answer takes 0.4 s; the 0.6 s budget is spent before AAAA can be answered.
+    with FlipDnsServer({NAME: ["93.184.216.34"]}, delay=0.4) as dns_server:
+        resolver = DnsResolver(["127.0.0.1"], port=dns_server.port, timeout=0.6)
+        with pytest.raises(EgressDeniedError) as info:
+            guard_url(f"http://{NAME}/", resolver=resolver)
+        assert info.value.reason is EgressReason.RESOLUTION_FAILED
+
+
+def test_total_deadline_includes_the_resolution() -> None:
+    port = free_port_on(["127.0.0.2"])
+    with (
+        FlipDnsServer({NAME: ["127.0.0.2"]}, delay=0.3) as dns_server,
+        LoopbackHTTP("127.0.0.2", port, routes={"/": _ok}) as server,
+    ):
+        client = guarded_client(
+            allow=PrivateNetAllow(cidrs=["127.0.0.2/32"]),
+            resolver=DnsResolver(["127.0.0.1"], port=dns_server.port, timeout=5.0),
+            ports=[port],
+            limits=RequestLimits(deadline=0.4),
+        )
+        with client, pytest.raises(EgressDeniedError) as info:
+            client.get(f"http://{NAME}:{port}/")
+        assert info.value.reason is EgressReason.DEADLINE
+        assert server.seen == []
