@@ -12,6 +12,7 @@ import psutil
 import pytest
 
 from flux_system import (
+    Limits,
     Privileges,
     ProcessError,
     ProcessReason,
@@ -217,3 +218,38 @@ def test_privileges_umask_uid_and_no_new_privs(tmp_path: Path) -> None:
     assert lines[0] == "0077"
     assert lines[1:4] == ["65534", "65534", "65534"]
     assert lines[4].split() == ["NoNewPrivs:", "1"]
+
+
+def test_address_space_limit_enforced(system: System) -> None:
+    alloc = "import sys; b = bytearray(int(sys.argv[1]) << 20); print(len(b))"
+    limits = Limits(address_space=256 << 20)
+    small = system.run([PYTHON, "-S", "-c", alloc, "16"], limits=limits)
+    assert small.exit_code == 0, small.stderr_text  # the limit leaves room to start
+    big = system.run([PYTHON, "-S", "-c", alloc, "512"], limits=limits)
+    assert big.exit_code != 0
+    assert b"MemoryError" in big.stderr
+    unlimited = system.run([PYTHON, "-S", "-c", alloc, "512"])
+    assert unlimited.exit_code == 0  # the same allocation without the limit succeeds
+
+
+def test_observer_sees_lines_live_and_past_the_cap(tmp_path: Path) -> None:
+    # The child waits for a file that only the observer creates, after seeing the
+    # first line: if lines were delivered only at exit, the child would give up.
+    script = (
+        "echo first; i=0; "
+        "while [ ! -e go ] && [ $i -lt 1000 ]; do sleep 0.01; i=$((i+1)); done; "
+        "[ -e go ] || exit 9; "
+        "i=0; while [ $i -lt 50 ]; do echo line$i; i=$((i+1)); done"
+    )
+    seen: list[bytes] = []
+
+    def observe(stream: str, line: bytes) -> None:
+        seen.append(line)
+        if line == b"first\n":
+            (tmp_path / "go").touch()
+
+    with System(make_ws(tmp_path), output_cap=8) as s:
+        result = s.run(["sh", "-c", script], observer=observe, timeout=30)
+    assert result.exit_code == 0
+    assert result.stdout == b"first\nli" and result.stdout_truncated
+    assert seen == [b"first\n"] + [b"line%d\n" % i for i in range(50)]

@@ -221,3 +221,24 @@ def test_unenforceable_limit_reported(system: System) -> None:
     with pytest.raises(SpawnError) as ei:
         system.run(["true"], limits=Limits(open_files=1 << 40))
     assert ei.value.reason is ProcessReason.LIMIT_UNENFORCEABLE
+
+
+def test_nproc_for_root_without_pids_cgroup_is_unenforceable(tmp_path: Path) -> None:
+    # _contain=False is the real code path of a host without a writable pids cgroup.
+    with System(make_ws(tmp_path), _contain=False) as s:
+        assert not s.run(["true"]).tree_contained
+        before = {p.pid for p in psutil.Process().children(recursive=True)}
+        with pytest.raises(SpawnError) as ei:
+            s.run(["sh", "-c", "sleep 60"], limits=Limits(nproc=5))
+        assert ei.value.reason is ProcessReason.LIMIT_UNENFORCEABLE
+        assert {p.pid for p in psutil.Process().children(recursive=True)} == before
+    # An unprivileged child gets RLIMIT_NPROC, which the kernel enforces: accepted.
+    priv = Privileges(uid=UNPRIVILEGED, gid=UNPRIVILEGED)
+    with System(make_ws(tmp_path), _contain=False, privileges=priv) as s:
+        assert s.run(["true"], limits=Limits(nproc=5)).exit_code == 0
+
+
+def test_nproc_for_root_with_pids_cgroup_is_enforced(system: System) -> None:
+    # The control of the test above: the same request succeeds with containment.
+    require(cgroup_available(), "a writable pids cgroup (v1) for RLIMIT_NPROC as root")
+    assert system.run(["true"], limits=Limits(nproc=5)).exit_code == 0
