@@ -7,9 +7,12 @@ point must refuse them, with the same reason, before any connection.
 
 from __future__ import annotations
 
+import socket
+from collections.abc import Callable
 from ipaddress import ip_address
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 
@@ -21,8 +24,10 @@ from flux_system.net import (
     RequestLimits,
     StaticResolver,
     dial_tcp,
+    dial_udp,
     guard_host,
     guard_url,
+    guarded_async_client,
     guarded_client,
 )
 from tests._vectors import load_vector_file, load_vectors
@@ -118,11 +123,29 @@ DENIED_HOSTS = [c for c in CASES if c["expect"] != "allow" and "host" in c]
 
 
 @pytest.mark.parametrize("case", DENIED_HOSTS, ids=[c["id"] for c in DENIED_HOSTS])
-def test_dial_tcp_refuses(case: dict[str, Any]) -> None:
+@pytest.mark.parametrize("dial", [dial_tcp, dial_udp], ids=["tcp", "udp"])
+def test_dial_refuses(case: dict[str, Any], dial: Callable[..., socket.socket]) -> None:
     _, kwargs = _setup(case)
     with pytest.raises(EgressDeniedError) as info:
-        dial_tcp(case["host"], case["port"], timeout=1.0, **kwargs).close()
+        dial(case["host"], case["port"], timeout=1.0, **kwargs).close()
     assert info.value.reason.value == case["expect"]
+
+
+def test_async_client_refuses_every_denied_url() -> None:
+    async def main() -> list[str]:
+        reached = []
+        for case in DENIED_URLS:
+            _, kwargs = _setup(case)
+            client = guarded_async_client(limits=RequestLimits(deadline=2.0), **kwargs)
+            async with client:
+                try:
+                    await client.get(case["url"])
+                except (EgressDeniedError, httpx.InvalidURL, httpx.UnsupportedProtocol):
+                    continue
+                reached.append(case["id"])
+        return reached
+
+    assert anyio.run(main) == []
 
 
 def test_negative_control_an_allowed_case_is_reachable_by_the_guard() -> None:
