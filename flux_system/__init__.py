@@ -40,7 +40,7 @@ from flux_system._result import DEFAULT_OUTPUT_CAP, RunResult
 from flux_system._roots import NamedRoot
 from flux_system._workspace import Workspace
 
-__all__ = [  # noqa: RUF022 - plain sorted(), as tests/test_public_api.py checks
+__all__ = [
     "ChildOutput",
     "ChildStatus",
     "ConfinementError",
