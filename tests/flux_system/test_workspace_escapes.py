@@ -209,3 +209,10 @@ def test_snapshot_sees_a_bare_read_and_a_listing_outside(tmp_path: Path) -> None
             p.startswith("created outside") and p.endswith("ROOT-evil/new") for p in problems
         )
         assert any(p.endswith("/canary (size, mtime_ns, data)") for p in problems), problems
+
+
+@pytest.mark.parametrize("value", ["false", "yes", 0, 1, None], ids=repr)
+def test_unconfined_is_never_implied(value: object, tmp_path: Path) -> None:
+    """Only the bool True opens the hatch: a truthy or falsy stand-in is a TypeError."""
+    with pytest.raises(TypeError):
+        Workspace(str(tmp_path), unconfined=value)  # type: ignore[arg-type]

@@ -19,6 +19,7 @@ import os
 import select
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -44,6 +45,7 @@ from tests.flux_system._naive import NaiveWorkspace
 RACE_SECONDS = 1.0  # how long the workspace works under attack, per case
 NAIVE_BOUND_SECONDS = 10.0  # generous bound for the naive resolver's first escape
 ATTACKER_LIMIT_SECONDS = 30.0  # the child stops by itself even if never told to
+CLOSE_DECOYS = 64  # outside-dir fds opened right after close() to grab freed numbers
 RESOLVERS = ("openat2", "walk")
 
 # The attacker: swap argv[1] and argv[2] with renameat2(RENAME_EXCHANGE) until stdin
@@ -368,3 +370,42 @@ def test_attacker_swaps_really_exchange(where: Path) -> None:
             select.select([], [], [], 0.0005)
     assert attack.swaps > 0
     assert seen_link and seen_dir
+
+
+def test_close_during_use_never_reuses_the_root_fd(resolver: str, where: Path) -> None:
+    """close() racing reads in another thread: once the root fd is released, a new fd
+    of an *outside* directory may get its number; a read still in flight must then
+    fail, never resolve "secret" relative to the outside directory."""
+    # "secret" exists on both sides: inside content in the root, canary content in OUT
+    layout = build_layout(where, {"fs": ["secret"], "outside_fs": ["OUT/secret"]})
+    snap = OutsideSnapshot(layout)
+    tally = Tally()
+    stop = threading.Event()
+    ws = Workspace(str(layout.root), resolver=resolver)
+
+    def reader() -> None:
+        while not stop.is_set():
+            _attempt(tally, lambda: ws.read_bytes("secret"))
+            _attempt(tally, lambda: ws.list_dir("."))
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    decoys: list[int] = []
+    try:
+        while tally.ok < 50:  # let the reader run before pulling the fd away
+            time.sleep(0.001)
+        ws.close()
+        for _ in range(CLOSE_DECOYS):  # reuse every freed fd number for the outside dir
+            decoys.append(os.open(layout.out, os.O_RDONLY | os.O_DIRECTORY))
+        refused = tally.refused
+        deadline = time.monotonic() + RACE_SECONDS / 4
+        while tally.refused < refused + 50 and time.monotonic() < deadline:
+            time.sleep(0.001)
+    finally:
+        stop.set()
+        thread.join()
+        for fd in decoys:
+            os.close(fd)
+    assert tally.canary_reads == 0
+    assert snap.diff() == []
+    assert tally.refused > 0, "no read ran after close()"
