@@ -47,6 +47,8 @@ _MAX_DESCENDANTS = 65536
 
 _lock = threading.Lock()
 _subreaper_set = False
+# Leaders of live trees (direct children, reaped only by their owner's Tree.reap).
+_leaders: set[int] = set()
 
 
 def ensure_subreaper() -> None:
@@ -180,6 +182,8 @@ class Tree:
         """Record the leader: its pid is the tree's pgid; *pidfd* pins its identity."""
         self.pgid = pid
         self.leader_fd = pidfd
+        with _lock:
+            _leaders.add(pid)
 
     def kill(self, *, leader_exited: bool = False) -> bool:
         """SIGKILL every process of the tree and reap the re-parented ones.
@@ -220,6 +224,7 @@ class Tree:
     def _kill_members(self, lease: Lease, groups: set[int], sessions: set[int]) -> bool:
         rel = lease.path.removeprefix(_PIDS_PREFIX)
         me = os.getpid()
+        mine = (os.getpgid(0), os.getsid(0))
         for _ in range(_MAX_KILL_ROUNDS):
             try:
                 members = [pid for pid in lease.members() if pid != me]
@@ -241,8 +246,11 @@ class Tree:
                     if pid != self.pgid and not _in_cgroup(pid, rel):
                         continue
                     ids = _group_and_session(pid)
-                    if ids is not None:
+                    # Our own group/session is not the tree's identity: every child
+                    # starts in our session, so matching it would take other trees.
+                    if ids is not None and ids[1] != mine[0]:
                         groups.add(ids[1])
+                    if ids is not None and ids[2] != mine[1]:
                         sessions.add(ids[2])
                     with contextlib.suppress(OSError):
                         signal.pidfd_send_signal(pidfd, signal.SIGKILL)
@@ -268,8 +276,10 @@ class Tree:
                 path = f"/proc/{me}/task/{tid}/children"
                 with contextlib.suppress(OSError), open(path, encoding="ascii") as fh:
                     kids.extend(int(x) for x in fh.read().split())
+        with _lock:
+            leaders = set(_leaders)
         for pid in kids[:_MAX_DESCENDANTS]:
-            if pid == leader:
+            if pid == leader or pid in leaders:  # another tree's leader: its owner reaps
                 continue
             ids = _group_and_session(pid)
             if ids is None or (ids[1] not in groups and ids[2] not in sessions):
@@ -320,7 +330,11 @@ class Tree:
             _wait_readable([self.leader_fd], None)
         with self._lock:
             self._closed = True
-            return wait()
+            try:
+                return wait()
+            finally:
+                with _lock:
+                    _leaders.discard(self.pgid)
 
     def release(self) -> None:
         """Give the cgroup back to the pool (reused if empty, else removed); after reap."""

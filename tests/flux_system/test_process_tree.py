@@ -242,3 +242,25 @@ def test_nproc_for_root_with_pids_cgroup_is_enforced(system: System) -> None:
     # The control of the test above: the same request succeeds with containment.
     require(cgroup_available(), "a writable pids cgroup (v1) for RLIMIT_NPROC as root")
     assert system.run(["true"], limits=Limits(nproc=5)).exit_code == 0
+
+
+def test_concurrent_runs_never_kill_or_reap_each_other(system: System) -> None:
+    # Each run leaves a member behind, so its kill looks for adopted orphans; those
+    # share this process's session, which must not make another run's leader a match.
+    failures: list[BaseException] = []
+    codes: list[int] = []
+
+    def work() -> None:
+        try:
+            for _ in range(15):
+                codes.append(system.run(["sh", "-c", "sleep 0.001 & true"]).exit_code)
+        except BaseException as exc:  # reported below
+            failures.append(exc)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []
+    assert codes == [0] * 60
