@@ -316,3 +316,56 @@ def test_resolvers_agree_on_reads(
                 a, b = outcome(fast, op, path), outcome(slow, op, path)
                 assert a == b, f"{op}({path!r}) openat2={a} walk={b} tree={list(tree_specs(tree))}"
         assert snap.diff() == []
+
+
+def inside_state(root: Path, base: Path) -> dict[str, object]:
+    """Names, kinds, link texts (with *base* spelled $BASE) and file contents beneath
+    *root*, nothing followed."""
+    state: dict[str, object] = {}
+    for dirpath, dirs, files in os.walk(root):
+        for name in dirs + files:
+            p = Path(dirpath) / name
+            st = os.lstat(p)
+            rel = str(p.relative_to(root))
+            if stat.S_ISLNK(st.st_mode):
+                state[rel] = ("link", os.readlink(p).replace(str(base), "$BASE"))
+            elif stat.S_ISREG(st.st_mode):
+                state[rel] = ("file", p.read_bytes(), stat.S_IMODE(st.st_mode))
+            else:
+                state[rel] = ("dir",)
+    return state
+
+
+@given(tree=trees, sequence=steps)
+def test_resolvers_agree_on_mutations(
+    tree: Mapping[str, Any], sequence: list[tuple[str, str, str]], tmp_path: Path
+) -> None:
+    """The same operations on two copies of one tree: same outcomes, same final tree."""
+    require(have_openat2(), "openat2(2)")
+    with scratch_dir(tmp_path / "h") as scratch:
+        results = []
+        for n, resolver in enumerate(RESOLVERS):
+            layout = _layout(scratch, tree, n)
+            outcomes = []
+            with Workspace(str(layout.root), resolver=resolver) as ws:
+                for op, raw_path, raw_target in sequence:
+                    path, target = layout.sub(raw_path), layout.sub(raw_target)
+                    try:
+                        value = run_step(ws, op, path, target)
+                    except ConfinementError:
+                        outcomes.append((op, raw_path, "confinement"))
+                        continue
+                    except WorkspaceError as exc:
+                        outcomes.append((op, raw_path, exc.reason.value))
+                        continue
+                    if op in ("list_dir", "walk"):  # walk joins the path as given
+                        value = sorted(e.replace(str(layout.base), "$BASE") for e in value)
+                    if op == "resolve":
+                        value = value.relative_to(os.path.realpath(layout.root))
+                    if op == "stat":
+                        value = (value.kind, value.size)
+                    outcomes.append((op, raw_path, value))
+            results.append((outcomes, inside_state(layout.root, layout.base)))
+        (steps_a, state_a), (steps_b, state_b) = results
+        assert steps_a == steps_b, f"tree={list(tree_specs(tree))}"
+        assert state_a == state_b, f"tree={list(tree_specs(tree))}"
