@@ -15,6 +15,7 @@ can fail; both of our resolvers hold.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import select
 import subprocess
@@ -135,6 +136,7 @@ class Tally:
     refused: int = 0
     canary_reads: int = 0
     outside_inodes: frozenset[int] = frozenset()
+    reasons: set[str] = dataclasses.field(default_factory=set)
 
 
 def _attempt(tally: Tally, fn: Callable[[], object]) -> object:
@@ -145,8 +147,9 @@ def _attempt(tally: Tally, fn: Callable[[], object]) -> object:
     """
     try:
         result = fn()
-    except FluxSystemError:
+    except FluxSystemError as exc:
         tally.refused += 1
+        tally.reasons.add(exc.reason.value)
         return None
     tally.ok += 1
     if isinstance(result, bytes) and CANARY in result:
@@ -409,3 +412,36 @@ def test_close_during_use_never_reuses_the_root_fd(resolver: str, where: Path) -
     assert tally.canary_reads == 0
     assert snap.diff() == []
     assert tally.refused > 0, "no read ran after close()"
+
+
+def test_hard_link_swapped_in_never_gets_written(resolver: str, where: Path) -> None:
+    """The attacker exchanges an inside file with a hard link to an outside canary
+    while the workspace appends, chmods, copies over and rewrites that name: the
+    checks on the opened fd (``st_nlink > 1``) must hold, so the outside inode's content
+    and mode never change (a rewrite replaces the name, never the shared inode)."""
+    layout = build_layout(where, {"fs": ["hx"]})
+    canary = layout.out / "canary"
+    os.link(canary, layout.root / "hl")
+    snap = OutsideSnapshot(layout, ignore_atime=frozenset({os.stat(canary).st_ino}))
+    tally = Tally()
+    with Workspace(str(layout.root), resolver=resolver) as ws:
+        with attacker(layout.root / "hx", layout.root / "hl") as attack:
+            deadline = time.monotonic() + RACE_SECONDS
+            i = 0
+            while time.monotonic() < deadline:
+                _attempt(tally, lambda: ws.append_bytes("hx", b"+"))
+                mode = 0o600 if i % 2 else 0o640
+                _attempt(tally, lambda: ws.chmod("hx", mode))  # noqa: B023 - called at once
+                if i % 8 == 0:  # a rewrite may replace the link's name: put one back
+                    _attempt(tally, lambda: ws.write_bytes("hx", b"rewritten"))
+                    _attempt(tally, lambda: ws.copy("hl", "hx"))
+                    if os.stat(canary).st_nlink == 1:
+                        with contextlib.suppress(OSError):
+                            os.unlink(layout.root / "hl")
+                        with contextlib.suppress(OSError):
+                            os.link(canary, layout.root / "hl")
+                i += 1
+    assert attack.swaps > 0, "the attacker never swapped: the race was not real"
+    assert tally.ok > 0, tally
+    assert "hard_link" in tally.reasons, "the workspace never met the swapped-in hard link"
+    assert snap.diff() == []
