@@ -11,6 +11,7 @@ import errno
 import os
 import pathlib
 import stat
+import typing
 from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import Self
@@ -45,6 +46,31 @@ def check_data(data: object) -> Data:
     if isinstance(data, bytes | bytearray | memoryview):
         return data
     raise TypeError(f"data must be bytes, bytearray or memoryview, not {type(data).__name__}")
+
+
+@typing.final
+class _Mapped:
+    """``with ws._mapped(root, op, display):`` — ``OSError`` inside becomes a WorkspaceError."""
+
+    __slots__ = ("display", "op", "root", "ws")
+
+    def __init__(self, ws: WorkspaceBase, root: Root, op: str, display: str) -> None:
+        self.ws = ws
+        self.root = root
+        self.op = op
+        self.display = display
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if isinstance(exc, OSError):
+            raise self.ws._os_error(exc, self.root, self.op, self.display) from exc
 
 
 class WorkspaceBase:
@@ -224,6 +250,10 @@ class WorkspaceBase:
         if root.fd < 0:
             return err(op, display, WorkspaceReason.CLOSED, "workspace is closed")
         return workspace_error_from_os(exc, op=op, path=display)
+
+    def _mapped(self, root: Root, op: str, display: str) -> _Mapped:
+        """A context manager translating an ``OSError`` raised inside it (see :meth:`_os_error`)."""
+        return _Mapped(self, root, op, display)
 
     def _final(self, root: Root, rel: bytes, op: str, display: str) -> tuple[bytes, bytes, bool]:
         """Split *rel* into (parent, final name, trailing slash) for name-level operations.

@@ -21,11 +21,14 @@ _COPY_CHUNK = 1 << 20
 _MAX_DEPTH = 2048  # PATH_MAX / 2: the deepest a directory can sit beneath a root
 _APPEND = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_NOCTTY
 _UP = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
+# renameat errors caused by what sits at the destination name (rename(2)): they name dst.
+_DST_ERRNOS = frozenset(
+    {errno.EEXIST, errno.ENOTEMPTY, errno.EISDIR, errno.ENOTDIR, errno.EINVAL, errno.EXDEV}
+)
 
 
-def _copy_fd(src: int, dst: int) -> None:
-    while chunk := os.read(src, _COPY_CHUNK):
-        write_all(dst, chunk)
+def _escape(op: str, display: str, what: str) -> PathEscapeError:
+    return PathEscapeError(f"{op}: {what}", op=op, path=display, reason=ConfinementReason.ESCAPE)
 
 
 class Mutations(WorkspaceBase):
@@ -132,7 +135,7 @@ class Mutations(WorkspaceBase):
 
         The new file takes the permission bits of a replaced *dst*, else those of *src*
         (setuid/setgid dropped). Guarantee: as :meth:`read_bytes` for *src* and
-        :meth:`write_bytes` for *dst*.
+        :meth:`write_bytes` for *dst*; an error names the side at fault.
         """
         op = "copy"
         sroot, srel, sdisplay = self._locate(src, op)
@@ -148,12 +151,21 @@ class Mutations(WorkspaceBase):
                 drel,
                 display=ddisplay,
                 op=op,
-                fill=lambda fd: _copy_fd(sfd, fd),
+                fill=lambda fd: self._copy_fd(sfd, fd, sroot, op, sdisplay),
                 mode=mode,
                 create_parents=create_parents,
             )
         finally:
             os.close(sfd)
+
+    def _copy_fd(self, src: int, dst: int, sroot: Root, op: str, sdisplay: str) -> None:
+        """Copy *src* to *dst* to the end; an error reading *src* names *sdisplay*."""
+        while True:
+            with self._mapped(sroot, op, sdisplay):
+                chunk = os.read(src, _COPY_CHUNK)
+            if not chunk:
+                return
+            write_all(dst, chunk)
 
     def mkdir(
         self, path: str | os.PathLike[str], *, parents: bool = True, exist_ok: bool = True
@@ -237,7 +249,9 @@ class Mutations(WorkspaceBase):
         """Rename *src* to *dst* within one root (``renameat``; *dst* is replaced).
 
         Neither final component is followed. Guarantee: both names resolve beneath the
-        same writable root.
+        same writable root. An error names the side at fault: a missing *src*, or a
+        destination that is missing its parent, escapes, or cannot be replaced
+        (``IS_A_DIRECTORY``, ``NOT_A_DIRECTORY``, ``NOT_EMPTY``) names *dst*.
 
         Raises:
             PathEscapeError, InvalidPathError, NotFoundError,
@@ -250,22 +264,25 @@ class Mutations(WorkspaceBase):
             raise err(op, ddisplay, WorkspaceReason.CROSS_ROOT, "src and dst in different roots")
         sparent, sname, strailing = self._final(sroot, srel, op, sdisplay)
         dparent, dname, dtrailing = self._final(droot, drel, op, ddisplay)
-        try:
+        with self._mapped(sroot, op, sdisplay):
             sfd = self._open(sroot, sparent, DIR, op=op, display=sdisplay)
-            try:
+        try:
+            with self._mapped(sroot, op, sdisplay):
                 if (strailing or dtrailing) and not stat.S_ISDIR(
                     os.stat(sname, dir_fd=sfd, follow_symlinks=False).st_mode
                 ):
                     raise err(op, sdisplay, WorkspaceReason.NOT_A_DIRECTORY, "not a directory")
+            with self._mapped(droot, op, ddisplay):
                 dfd = self._open(droot, dparent, DIR, op=op, display=ddisplay)
-                try:
-                    os.rename(sname, dname, src_dir_fd=sfd, dst_dir_fd=dfd)
-                finally:
-                    os.close(dfd)
+            try:
+                os.rename(sname, dname, src_dir_fd=sfd, dst_dir_fd=dfd)
+            except OSError as exc:
+                at = ddisplay if exc.errno in _DST_ERRNOS else sdisplay
+                raise self._os_error(exc, sroot, op, at) from exc
             finally:
-                os.close(sfd)
-        except OSError as exc:
-            raise self._os_error(exc, sroot, op, sdisplay) from exc
+                os.close(dfd)
+        finally:
+            os.close(sfd)
 
     def symlink(self, target: str | os.PathLike[str], path: str | os.PathLike[str]) -> None:
         """Create the symlink *path* -> *target*.
@@ -278,16 +295,18 @@ class Mutations(WorkspaceBase):
         semantics (our own resolution stays beneath the root regardless).
 
         Raises:
-            PathEscapeError: ``ABSOLUTE_SYMLINK``, ``ESCAPE``;
+            PathEscapeError: ``ABSOLUTE_SYMLINK``, ``ESCAPE`` (naming *target* when the
+                target is at fault, *path* when the link's directory is);
             InvalidPathError, NotFoundError, WorkspaceError: ``EXISTS``, ...
         """
         op = "symlink"
         raw_target = check_target(target, op=op)
+        tdisplay = os.fsdecode(raw_target)
         root, rel, display = self._locate(path, op, write=True)
         parent, name, trailing = self._final(root, rel, op, display)
         if trailing:
             name += b"/"  # the kernel refuses it (EEXIST or ENOENT); never followed
-        try:
+        with self._mapped(root, op, display):
             pfd = self._open(root, parent, DIR, op=op, display=display)
             try:
                 depth = self._depth(root, pfd, op, display)
@@ -295,25 +314,22 @@ class Mutations(WorkspaceBase):
                     if part == b"..":
                         depth -= 1
                         if depth < 0:
-                            raise PathEscapeError(
-                                f"{op}: target leaves the root",
-                                op=op,
-                                path=display,
-                                reason=ConfinementReason.ESCAPE,
-                            )
+                            raise _escape(op, tdisplay, "target leaves the root")
                     elif part not in (b"", b"."):
                         depth += 1
-                self._check_beneath(root, pfd, raw_target, op, display)
+                self._check_beneath(root, pfd, raw_target, op, display, tdisplay=tdisplay)
                 os.symlink(raw_target, name, dir_fd=pfd)
             finally:
                 os.close(pfd)
-        except OSError as exc:
-            raise self._os_error(exc, root, op, display) from exc
 
-    def _check_beneath(self, root: Root, pfd: int, target: bytes, op: str, display: str) -> None:
+    def _check_beneath(
+        self, root: Root, pfd: int, target: bytes, op: str, display: str, *, tdisplay: str
+    ) -> None:
         """Resolve *target* from the directory *pfd*, beneath *root*: escapes raise.
 
         A target that does not exist (yet) beneath the root is allowed (dangling).
+        Errors about the link's directory name *display*, those about the target
+        *tdisplay*.
         """
         try:
             here = os.readlink(f"/proc/self/fd/{pfd}")
@@ -326,14 +342,12 @@ class Mutations(WorkspaceBase):
         elif here.startswith(base):
             path = os.fsencode(here[len(base) :]) + b"/" + target
         else:
-            raise PathEscapeError(
-                f"{op}: directory not beneath the root",
-                op=op,
-                path=display,
-                reason=ConfinementReason.ESCAPE,
-            )
-        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
-            os.close(self._open(root, path, PATH, op=op, display=display))
+            raise _escape(op, display, "directory not beneath the root")
+        with (
+            self._mapped(root, op, tdisplay),
+            contextlib.suppress(FileNotFoundError, NotADirectoryError),
+        ):
+            os.close(self._open(root, path, PATH, op=op, display=tdisplay))
 
     def _depth(self, root: Root, dirfd: int, op: str, display: str) -> int:
         """How many levels *dirfd* physically sits beneath *root* (walks ``..`` by fd)."""
@@ -352,12 +366,7 @@ class Mutations(WorkspaceBase):
                     break  # reached "/" without meeting the root
         finally:
             os.close(cur)
-        raise PathEscapeError(
-            f"{op}: directory not beneath the root",
-            op=op,
-            path=display,
-            reason=ConfinementReason.ESCAPE,
-        )
+        raise _escape(op, display, "directory not beneath the root")
 
     def chmod(self, path: str | os.PathLike[str], mode: int) -> None:
         """Set the permission bits of *path* (a final symlink followed beneath the root).
