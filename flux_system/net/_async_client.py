@@ -14,6 +14,7 @@ import httpx
 from flux_system._exceptions import EgressDeniedError, EgressReason
 from flux_system.net._allow import EgressPolicy, PrivateNetAllow
 from flux_system.net._async_transport import AsyncGuardedTransport
+from flux_system.net._body import BodyCollector
 from flux_system.net._deadline import DeadlineTimeouts
 from flux_system.net._limits import GuardedResponse, RequestLimits, finish_response
 from flux_system.net._redirects import (
@@ -204,19 +205,11 @@ class GuardedAsyncClient(httpx.AsyncClient):
         waited: float,
         retries: int,
     ) -> GuardedResponse:
-        cap = self.limits.max_body
-        chunks: list[bytes] = []
-        size = 0
-        truncated = False
+        collector = BodyCollector(self.limits.max_body, response.headers.get("content-encoding"))
         try:
-            async for chunk in response.aiter_bytes():
-                room = cap - size
-                if len(chunk) > room:
-                    chunks.append(chunk[:room])
-                    truncated = True
+            async for chunk in response.aiter_raw():
+                if collector.feed(chunk):
                     break
-                chunks.append(chunk)
-                size += len(chunk)
                 if self._clock() >= deadline:
                     raise _deadline_error(url_host(response.request.url))
         except httpx.TimeoutException as exc:
@@ -227,8 +220,9 @@ class GuardedAsyncClient(httpx.AsyncClient):
             await response.aclose()
         return finish_response(
             response,
-            b"".join(chunks),
-            truncated=truncated,
+            collector.body(),
+            truncated=collector.truncated,
+            decoded=collector.decoded,
             waited=waited,
             retries=retries,
             history=history,

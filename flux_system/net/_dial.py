@@ -5,22 +5,17 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Collection
-from ipaddress import IPv4Address, IPv6Address
+from typing import Final
 
 from flux_system._exceptions import EgressDeniedError, EgressReason
 from flux_system.net._allow import EgressPolicy, PrivateNetAllow
 from flux_system.net._guard import guard_host
+from flux_system.net._pins import sockaddr
 from flux_system.net._resolver import Resolver
 
 __all__ = ["dial_tcp", "dial_udp"]
 
-
-def _sockaddr(
-    address: IPv4Address | IPv6Address, port: int
-) -> tuple[str, int] | tuple[str, int, int, int]:
-    if isinstance(address, IPv6Address):
-        return (str(address), port, 0, 0)
-    return (str(address), port)
+_MAX_TIMEOUT: Final = 86400.0  # a day: beyond that the number is a mistake, not a timeout
 
 
 def _dial(
@@ -35,8 +30,10 @@ def _dial(
     policy: EgressPolicy | None,
     timeout: float,
 ) -> socket.socket:
-    if not (isinstance(timeout, int | float) and timeout > 0):
-        raise ValueError("timeout must be a positive number of seconds")
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+        raise ValueError("timeout must be a positive, finite number of seconds")
+    if not 0 < timeout < _MAX_TIMEOUT:  # also refuses NaN and infinity
+        raise ValueError("timeout must be a positive, finite number of seconds")
     target = guard_host(host, port, allow=allow, resolver=resolver, ports=ports, policy=policy)
     deadline = time.monotonic() + timeout
     last: OSError | None = None
@@ -44,11 +41,15 @@ def _dial(
         left = deadline - time.monotonic()
         if left <= 0:
             break
-        family = socket.AF_INET6 if isinstance(address, IPv6Address) else socket.AF_INET
-        sock = socket.socket(family, kind)
+        family, addr = sockaddr(address, port)
+        try:
+            sock = socket.socket(family, kind)
+        except OSError as exc:  # out of descriptors, family not supported...
+            last = exc
+            continue
         try:
             sock.settimeout(left)
-            sock.connect(_sockaddr(address, port))
+            sock.connect(addr)
         except OSError as exc:
             sock.close()
             last = exc

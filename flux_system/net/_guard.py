@@ -176,6 +176,11 @@ def _decide(
         raise _deny(EgressReason.TOO_MANY_ANSWERS, "too many answers", op, host)
     if len(answers) == 0:
         raise _deny(EgressReason.RESOLUTION_FAILED, "no address", op, host)
+    for alias in getattr(answers, "aliases", ())[:MAX_ANSWERS]:
+        if not isinstance(alias, str) or (
+            is_internal_name(alias) and not grants.admits_name(alias)
+        ):
+            raise _deny(EgressReason.INTERNAL_NAME, "CNAME to an internal name", op, host)
     vetted: list[IPv4Address | IPv6Address] = []
     for answer in answers:  # at most MAX_ANSWERS: the quadratic dedupe is bounded
         if not isinstance(answer, _ADDRESS_TYPES):

@@ -74,8 +74,9 @@ class GuardedResponse(httpx.Response):
         retries: ``429`` retries made (all hops).
         target: the guarded destination of the final hop (host, port, vetted addresses).
 
-    The body is decoded (``Content-Encoding`` undone), so that header is removed and
-    ``Content-Length`` is the length of what is kept.
+    One layer of ``gzip``/``deflate`` is undone (in bounded steps) and that header
+    removed; stacked or other codings are handed out as received, header kept. When
+    the body was decoded or cut, ``Content-Length`` is the length of what is kept.
     """
 
     truncated: bool
@@ -85,6 +86,7 @@ class GuardedResponse(httpx.Response):
 
 
 _DROP_ON_FINISH: Final = frozenset({"content-encoding", "content-length", "transfer-encoding"})
+_DROP_ON_CUT: Final = frozenset({"content-length", "transfer-encoding"})
 
 
 def finish_response(
@@ -92,6 +94,7 @@ def finish_response(
     body: bytes,
     *,
     truncated: bool,
+    decoded: bool,
     waited: float,
     retries: int,
     history: list[httpx.Response],
@@ -99,9 +102,10 @@ def finish_response(
 ) -> GuardedResponse:
     """Build the :class:`GuardedResponse` for *raw*, whose body has been read as *body*."""
     raw_headers = raw.headers
-    if "content-encoding" in raw_headers or truncated:
+    if decoded or truncated:
         # The body we hand out is decoded and/or cut: describe that body, not the wire.
-        kept = [(k, v) for k, v in raw_headers.multi_items() if k.lower() not in _DROP_ON_FINISH]
+        drop = _DROP_ON_FINISH if decoded else _DROP_ON_CUT
+        kept = [(k, v) for k, v in raw_headers.multi_items() if k.lower() not in drop]
         raw_headers = httpx.Headers([*kept, ("Content-Length", str(len(body)))])
     out = GuardedResponse(
         status_code=raw.status_code,

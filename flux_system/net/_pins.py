@@ -10,7 +10,8 @@ state) means a dial can only use what *this* request vetted, in threads and task
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+import socket
+from collections.abc import Callable, Iterable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv6Address
@@ -22,7 +23,15 @@ import httpx
 from flux_system._exceptions import EgressDeniedError, EgressReason
 from flux_system.net._deadline import MIN_TIMEOUT
 
-__all__ = ["PINS", "Pins", "check_deadline", "map_httpcore_errors", "pinned_addresses"]
+__all__ = [
+    "PINS",
+    "Pins",
+    "check_deadline",
+    "connect_socket",
+    "map_httpcore_errors",
+    "pinned_addresses",
+    "sockaddr",
+]
 
 
 @final
@@ -80,6 +89,46 @@ _ERROR_MAP: Final[tuple[tuple[type[Exception], type[httpx.TransportError]], ...]
     (httpcore.RemoteProtocolError, httpx.RemoteProtocolError),
     (httpcore.ProtocolError, httpx.ProtocolError),
 )
+
+
+def sockaddr(
+    address: IPv4Address | IPv6Address, port: int
+) -> tuple[int, tuple[str, int] | tuple[str, int, int, int]]:
+    """(address family, socket address) for a vetted *address*: no name to resolve."""
+    if isinstance(address, IPv6Address):
+        return socket.AF_INET6, (str(address), port, 0, 0)
+    return socket.AF_INET, (str(address), port)
+
+
+def connect_socket(
+    address: IPv4Address | IPv6Address,
+    port: int,
+    timeout: float | None,
+    socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
+) -> socket.socket:
+    """A blocking TCP socket connected to the vetted *address* (as httpcore's backend).
+
+    ``socket.create_connection`` would pass the literal through ``getaddrinfo``; here
+    the socket address is built from the parsed address, so no lookup of any kind runs.
+
+    Raises:
+        httpcore.ConnectTimeout, httpcore.ConnectError: the OS error is the cause.
+    """
+    family, addr = sockaddr(address, port)
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        for option in socket_options or ():
+            sock.setsockopt(*option)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.settimeout(timeout)
+        sock.connect(addr)
+    except TimeoutError as exc:
+        sock.close()
+        raise httpcore.ConnectTimeout(str(exc)) from exc
+    except OSError as exc:
+        sock.close()
+        raise httpcore.ConnectError(str(exc)) from exc
+    return sock
 
 
 @contextlib.contextmanager

@@ -56,8 +56,9 @@ def replayable(request: httpx.Request) -> bool:
 def redirect_request(request: httpx.Request, response: httpx.Response) -> httpx.Request | None:
     """The next hop's request for a redirect *response*, or ``None`` if it is not one.
 
-    Rules: https→http is refused; a hop that would have to replay a body (307/308
-    with a body) is refused; 303 (and 301/302 after POST) become a body-less GET; a
+    Rules: https→http is refused; a hop that keeps the method of a request with a
+    body (307/308, or 301/302 after PUT/PATCH/DELETE...) is refused, as the body is
+    never replayed; 303 (and 301/302 after POST) become a body-less GET; a
     cross-origin hop drops every header the caller set (cookies, authorization, API
     keys...) and keeps only content negotiation; once dropped they stay dropped.
     The new URL is guarded again by the transport when it is sent.
@@ -83,11 +84,12 @@ def redirect_request(request: httpx.Request, response: httpx.Response) -> httpx.
         raise _refused("redirect to a non-http scheme", host)
     method = request.method
     status = response.status_code
-    keep_body = status in (307, 308)
     if (status == 303 and method != "HEAD") or (status in (301, 302) and method == "POST"):
         method = "GET"
-    if keep_body and has_body(request):
-        raise _refused(f"{status} would replay the request body", host)
+    if has_body(request) and method == request.method:
+        # 307/308 would replay the body; a 301/302 after PUT/PATCH/... would resend the
+        # same method without it. Neither happens: the redirect is refused.
+        raise _refused(f"{status} would resend {method[:16]} without replaying its body", host)
     same_origin = origin(url) == origin(request.url)
     headers = [
         (k, v)
@@ -119,7 +121,7 @@ def retry_delay(value: str | None, *, now: Callable[[], float]) -> float | None:
         return min(float(int(text[:12])), MAX_RETRY_AFTER + 1)
     try:
         when = email.utils.parsedate_to_datetime(text)
-    except (TypeError, ValueError, IndexError):
+    except (TypeError, ValueError, IndexError, OverflowError):  # e.g. a zone of +9999999999
         return None
     if when.tzinfo is None:
         return None

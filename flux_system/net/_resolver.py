@@ -19,7 +19,7 @@ import dns.resolver
 
 from flux_system._exceptions import EgressDeniedError, EgressReason
 
-__all__ = ["MAX_ANSWERS", "DnsResolver", "Resolver", "StaticResolver"]
+__all__ = ["MAX_ANSWERS", "DnsResolver", "Resolution", "Resolver", "StaticResolver"]
 
 #: Answers kept per destination (A and AAAA together). Real services publish a few
 #: addresses; hundreds only make every later check slower. Over the cap: denied.
@@ -40,6 +40,25 @@ class Resolver(Protocol):
     """
 
     def resolve(self, host: str, port: int) -> Sequence[IPv4Address | IPv6Address]: ...
+
+
+@final
+class Resolution(tuple[IPv4Address | IPv6Address, ...]):
+    """Addresses, plus the names the answer went through (CNAME targets, normalized).
+
+    A resolver may return one so the guard can refuse a chain through an internal name
+    (``evil.example CNAME db.corp.internal``), which a search-domain-free lookup of the
+    asked name would otherwise hide.
+    """
+
+    aliases: tuple[str, ...]
+
+    def __new__(
+        cls, addresses: Iterable[IPv4Address | IPv6Address], aliases: Iterable[str] = ()
+    ) -> Resolution:
+        self = super().__new__(cls, addresses)
+        self.aliases = tuple(aliases)
+        return self
 
 
 def _failed(host: str, why: str) -> EgressDeniedError:
@@ -96,8 +115,9 @@ class DnsResolver:
 
     Guarantee: one query per record type per call (no search domains, no cache, no
     retry on SERVFAIL); CNAME chains are followed inside the answer (dnspython bounds
-    the chain); more than ``max_answers`` addresses is refused; any error other than
-    "no such name / no such record" fails the whole lookup (fail closed).
+    the chain) and their targets returned as :attr:`Resolution.aliases`; more than
+    ``max_answers`` addresses is refused; any error other than "no such name / no such
+    record" fails the whole lookup (fail closed).
     Not guaranteed: that the nameserver is honest — every answer is still classified.
 
     Args:
@@ -157,6 +177,7 @@ class DnsResolver:
         except dns.exception.DNSException:
             raise _failed(host, "not a DNS name") from None
         found: list[IPAddress] = []
+        aliases: list[str] = []
         deadline = time.monotonic() + self._timeout  # one budget for both record types
         for rdtype in (dns.rdatatype.A, dns.rdatatype.AAAA):
             left = deadline - time.monotonic()
@@ -170,6 +191,8 @@ class DnsResolver:
                 continue
             except dns.exception.DNSException as exc:
                 raise _failed(host, f"lookup failed ({type(exc).__name__})") from exc
+            for rrset in answer.chaining_result.cnames:  # dnspython bounds the chain (16)
+                aliases.extend(r.target.to_text(omit_final_dot=True).lower() for r in rrset)
             if answer.rrset is None:
                 continue
             if len(found) + len(answer.rrset) > self._max:
@@ -182,4 +205,4 @@ class DnsResolver:
             found.extend(ip_address(rdata.address) for rdata in answer.rrset)
         if not found:
             raise _failed(host, "no A or AAAA record")
-        return tuple(found)
+        return Resolution(found, dict.fromkeys(aliases))

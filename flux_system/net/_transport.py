@@ -17,11 +17,20 @@ from typing import Final, final
 
 import httpcore
 import httpx
+from httpcore._backends.sync import SyncStream
 
+from flux_system._exceptions import EgressDeniedError, EgressReason
 from flux_system.net._allow import EgressPolicy, PrivateNetAllow
 from flux_system.net._deadline import DeadlineTimeouts
 from flux_system.net._guard import GuardedTarget, guard_url
-from flux_system.net._pins import PINS, Pins, check_deadline, map_httpcore_errors, pinned_addresses
+from flux_system.net._pins import (
+    PINS,
+    Pins,
+    check_deadline,
+    connect_socket,
+    map_httpcore_errors,
+    pinned_addresses,
+)
 from flux_system.net._resolver import Resolver
 
 __all__ = ["GuardedTransport", "build_core_request", "default_ssl_context"]
@@ -50,9 +59,20 @@ def build_core_request(
     The URL's host is the vetted, normalized host (so the pool, SNI and certificate
     checks use it); the ``Host`` header is forced to it; a caller's ``sni_hostname``
     extension is dropped (the certificate must match the host that was guarded).
+
+    Raises:
+        EgressDeniedError: MALFORMED for a ``target`` extension — httpcore would send it
+            as the request line, e.g. an absolute-form URL a vetted proxy would follow.
     """
     assert target.scheme is not None
     host = target.host
+    if "target" in request.extensions:
+        raise EgressDeniedError(
+            "request: a 'target' extension would replace the vetted request line",
+            op="request",
+            target=host,
+            reason=EgressReason.MALFORMED,
+        )
     shown = f"[{host}]" if ":" in host else host
     default = 443 if target.scheme == "https" else 80
     host_header = shown if target.port == default else f"{shown}:{target.port}"
@@ -97,10 +117,8 @@ class _PinnedBackend(httpcore.NetworkBackend):
             left = timeout if pins.remaining is None else pins.remaining()
             if timeout is not None:
                 left = min(left, timeout) if left is not None else timeout
-            try:  # an IP literal: getaddrinfo parses it, no DNS query is made
-                return self._inner.connect_tcp(
-                    str(address), port, left, local_address, socket_options
-                )
+            try:
+                return SyncStream(connect_socket(address, port, left, socket_options))
             except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
                 last = exc
         assert last is not None

@@ -55,7 +55,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         else:
             route(self)
 
-    do_GET = do_POST = do_HEAD = do_PUT = _dispatch
+    do_GET = do_POST = do_HEAD = do_PUT = do_PATCH = do_DELETE = _dispatch
 
     def reply(self, status: int, body: bytes = b"", headers: dict[str, str] | None = None) -> None:
         self.send_response(status)
