@@ -1,8 +1,7 @@
-"""The guarded async HTTP client (:func:`guarded_async_client`)."""
+"""The guarded async HTTP client (:func:`guarded_async_client`): the async driver."""
 
 from __future__ import annotations
 
-import datetime
 import ssl
 import time
 from collections.abc import Awaitable, Callable, Collection, Mapping
@@ -11,58 +10,41 @@ from typing import Any, cast, final
 import anyio
 import httpx
 
-from flux_system._exceptions import EgressDeniedError, EgressReason
 from flux_system.net._allow import EgressPolicy, PrivateNetAllow
 from flux_system.net._async_transport import AsyncGuardedTransport
-from flux_system.net._body import BodyCollector
-from flux_system.net._deadline import DeadlineTimeouts
-from flux_system.net._limits import GuardedResponse, RequestLimits, finish_response
-from flux_system.net._redirects import (
-    origin,
-    redirect_request,
-    replayable,
-    retry_delay,
-    url_host,
-)
+from flux_system.net._client_base import GuardedClientBase
+from flux_system.net._flow import MAX_SENDS, RequestFlow, Wait
+from flux_system.net._limits import GuardedResponse, RequestLimits
 from flux_system.net._resolver import Resolver
-from flux_system.net._url import parse_url
 
 __all__ = ["GuardedAsyncClient", "guarded_async_client"]
 
 
-def _deadline_error(host: str) -> EgressDeniedError:
-    return EgressDeniedError(
-        "request: total deadline expired", op="request", target=host, reason=EgressReason.DEADLINE
-    )
-
-
 @final
-class GuardedAsyncClient(httpx.AsyncClient):
+class GuardedAsyncClient(GuardedClientBase, httpx.AsyncClient):
     """The async :class:`GuardedClient`: the same guarantees and the same limits."""
 
     def __init__(
         self,
         *,
         transport: AsyncGuardedTransport,
-        limits: RequestLimits,
-        timeout: httpx.Timeout,
+        limits: RequestLimits | None,
+        timeout: httpx.Timeout | float,
         headers: Mapping[str, str] | None,
         follow_redirects: bool,
         clock: Callable[[], float],
         wall_clock: Callable[[], float],
         sleep: Callable[[float], Awaitable[None]],
     ) -> None:
-        super().__init__(
-            transport=transport,
-            trust_env=False,
+        self._setup(
+            transport,
+            limits=limits,
             timeout=timeout,
             headers=headers,
             follow_redirects=follow_redirects,
-            max_redirects=limits.max_redirects,
+            clock=clock,
+            wall_clock=wall_clock,
         )
-        self.limits = limits
-        self._clock = clock
-        self._wall_clock = wall_clock
         self._sleep = sleep
 
     async def request(self, method: str, url: httpx.URL | str, **kwargs: Any) -> GuardedResponse:
@@ -90,19 +72,6 @@ class GuardedAsyncClient(httpx.AsyncClient):
     async def delete(self, url: httpx.URL | str, **kwargs: Any) -> GuardedResponse:
         return cast(GuardedResponse, await super().delete(url, **kwargs))
 
-    def build_request(self, method: str, url: httpx.URL | str, **kwargs: Any) -> httpx.Request:
-        """Build a request; a URL given as text is first parsed strictly (no lookup).
-
-        httpx normalizes URLs (drops an empty userinfo, maps IDNA dots, accepts ``:+80``);
-        the guard judges what the caller wrote, before that happens.
-
-        Raises:
-            EgressDeniedError: the text is refused by the strict parser.
-        """
-        if isinstance(url, str):
-            parse_url(url, op="request")
-        return super().build_request(method, url, **kwargs)
-
     async def send(
         self,
         request: httpx.Request,
@@ -117,117 +86,41 @@ class GuardedAsyncClient(httpx.AsyncClient):
             EgressDeniedError: a hop, a redirect or the deadline (its reason).
             httpx.HTTPError: a transport or protocol error.
         """
-        follow = (
-            self.follow_redirects
-            if isinstance(follow_redirects, httpx._client.UseClientDefault)
-            else follow_redirects
-        )
-        start = self._clock()
-        deadline = start + self.limits.deadline
-        history: list[httpx.Response] = []
-        waited = 0.0
-        retries = 0
-        current = request
-        crossed = False
-        for _hop in range(self.limits.max_redirects + 1):
-            response, hop_waited, hop_retries = await self._send_hop(
-                current, None if crossed else auth, deadline
-            )
-            waited += hop_waited
-            retries += hop_retries
+        flow = self._flow(request, auth, follow_redirects)
+        for _ in range(MAX_SENDS):
+            current, hop_auth = flow.attempt()
             try:
-                nxt = redirect_request(current, response) if follow else None
+                response = await super().send(
+                    current, stream=True, auth=hop_auth, follow_redirects=False
+                )
+            except httpx.TimeoutException as exc:
+                flow.timed_out(exc)
+                raise
+            try:
+                step = flow.next_step(response)
             except BaseException:
                 await response.aclose()
                 raise
-            if nxt is None:
-                return await self._finish(
-                    response,
-                    deadline=deadline,
-                    start=start,
-                    history=history,
-                    waited=waited,
-                    retries=retries,
-                )
+            if step is None:
+                return await self._read(response, flow)
             await response.aclose()
-            history.append(response)
-            crossed = crossed or origin(nxt.url) != origin(current.url)
-            current = nxt
-        raise EgressDeniedError(
-            f"redirect: more than {self.limits.max_redirects} hops",
-            op="redirect",
-            target=url_host(current.url),
-            reason=EgressReason.REDIRECT,
-        )
+            if isinstance(step, Wait):
+                await self._sleep(step.delay)
+        raise AssertionError("unreachable: the flow bounds the sends")  # pragma: no cover
 
-    async def _send_hop(
-        self, request: httpx.Request, auth: Any, deadline: float
-    ) -> tuple[httpx.Response, float, int]:
-        waited = 0.0
-        base = self.timeout.as_dict()
-        for attempt in range(self.limits.max_retries + 1):
-            if self._clock() >= deadline:
-                raise _deadline_error(url_host(request.url))
-            request.extensions["timeout"] = DeadlineTimeouts(
-                base, deadline=deadline, clock=self._clock
-            )
-            try:
-                response = await super().send(
-                    request, stream=True, auth=auth, follow_redirects=False
-                )
-            except httpx.TimeoutException as exc:
-                if self._clock() >= deadline:
-                    raise _deadline_error(url_host(request.url)) from exc
-                raise
-            if (
-                response.status_code != 429
-                or attempt == self.limits.max_retries
-                or not replayable(request)
-            ):
-                return response, waited, attempt
-            delay = retry_delay(response.headers.get("retry-after"), now=self._wall_clock)
-            if delay is None:
-                delay = self.limits.default_retry_after
-            if self._clock() + delay >= deadline:
-                return response, waited, attempt
-            await response.aclose()
-            await self._sleep(delay)
-            waited += delay
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    async def _finish(
-        self,
-        response: httpx.Response,
-        *,
-        deadline: float,
-        start: float,
-        history: list[httpx.Response],
-        waited: float,
-        retries: int,
-    ) -> GuardedResponse:
-        collector = BodyCollector(self.limits.max_body, response.headers.get("content-encoding"))
+    async def _read(self, response: httpx.Response, flow: RequestFlow) -> GuardedResponse:
+        body = flow.collector(response)
         try:
             async for chunk in response.aiter_raw():
-                if collector.feed(chunk):
+                if body.feed(chunk):
                     break
-                if self._clock() >= deadline:
-                    raise _deadline_error(url_host(response.request.url))
+                flow.check_deadline()
         except httpx.TimeoutException as exc:
-            if self._clock() >= deadline:
-                raise _deadline_error(url_host(response.request.url)) from exc
+            flow.timed_out(exc)
             raise
         finally:
             await response.aclose()
-        return finish_response(
-            response,
-            collector.body(),
-            truncated=collector.truncated,
-            decoded=collector.decoded,
-            waited=waited,
-            retries=retries,
-            history=history,
-            elapsed=datetime.timedelta(seconds=self._clock() - start),
-        )
+        return flow.finish(response, body)
 
 
 def guarded_async_client(
@@ -253,8 +146,8 @@ def guarded_async_client(
         transport=AsyncGuardedTransport(
             allow=allow, resolver=resolver, ports=ports, policy=policy, verify=verify
         ),
-        limits=RequestLimits() if limits is None else limits,
-        timeout=timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout),
+        limits=limits,
+        timeout=timeout,
         headers=headers,
         follow_redirects=follow_redirects,
         clock=clock,

@@ -1,32 +1,27 @@
-"""The async twin of :mod:`._transport` (httpcore's AnyIO backend underneath)."""
+"""The async guarded transport: httpcore's AnyIO pool over a backend that dials only pins."""
 
 from __future__ import annotations
 
-import functools
-import ssl
-from collections.abc import AsyncIterable, AsyncIterator, Collection, Iterable
-from typing import Final, final
+from collections.abc import AsyncIterable, AsyncIterator, Iterable
+from typing import Any, final
 
 import anyio.to_thread
 import httpcore
 import httpx
 
-from flux_system.net._allow import EgressPolicy, PrivateNetAllow
-from flux_system.net._guard import GuardedTarget, guard_url
-from flux_system.net._pins import PINS, check_deadline, map_httpcore_errors, pinned_addresses
-from flux_system.net._resolver import Resolver
-from flux_system.net._transport import build_core_request, default_ssl_context
+from flux_system.net._guard import GuardedTarget
+from flux_system.net._pins import PINS, dial_attempts, map_httpcore_errors
+from flux_system.net._pool import PinningTransport
 
 __all__ = ["AsyncGuardedTransport"]
-
-_KEEPALIVE_EXPIRY: Final = 5.0
-_MAX_CONNECTIONS: Final = 100
-_MAX_KEEPALIVE: Final = 20
 
 
 @final
 class _AsyncPinnedBackend(httpcore.AsyncNetworkBackend):
-    """Dials only addresses pinned in the current task's context; never resolves."""
+    """Dials only addresses pinned in the current task's context; never resolves.
+
+    AnyIO's ``connect_tcp`` connects an IP literal directly (no ``getaddrinfo``).
+    """
 
     def __init__(self) -> None:
         self._inner = httpcore.AnyIOBackend()
@@ -39,20 +34,13 @@ class _AsyncPinnedBackend(httpcore.AsyncNetworkBackend):
         local_address: str | None = None,
         socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
     ) -> httpcore.AsyncNetworkStream:
-        pins, addresses = pinned_addresses(host, port)
-        last: Exception | None = None
-        for address in addresses:
-            left = timeout if pins.remaining is None else pins.remaining()
-            if timeout is not None:
-                left = min(left, timeout) if left is not None else timeout
+        attempts = dial_attempts(host, port, timeout, local_address)
+        for address, left in attempts:
             try:
-                return await self._inner.connect_tcp(
-                    str(address), port, left, local_address, socket_options
-                )
+                return await self._inner.connect_tcp(str(address), port, left, None, socket_options)
             except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
-                last = exc
-        assert last is not None
-        raise last
+                attempts.failed(exc)
+        raise attempts.error()
 
     async def connect_unix_socket(
         self,
@@ -83,44 +71,23 @@ class _AsyncResponseStream(httpx.AsyncByteStream):
 
 
 @final
-class AsyncGuardedTransport(httpx.AsyncBaseTransport):
+class AsyncGuardedTransport(PinningTransport, httpx.AsyncBaseTransport):
     """The async :class:`GuardedTransport`: same guarantees, same limits.
 
     The guard (and its one blocking DNS resolution) runs in a worker thread so the
     event loop is not blocked.
     """
 
-    def __init__(
-        self,
-        *,
-        allow: PrivateNetAllow | None = None,
-        resolver: Resolver | None = None,
-        ports: Collection[int] | None = None,
-        policy: EgressPolicy | None = None,
-        verify: ssl.SSLContext | None = None,
-    ) -> None:
-        self._guard = functools.partial(
-            guard_url, allow=allow, resolver=resolver, ports=ports, policy=policy
-        )
-        self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=default_ssl_context(verify),
-            max_connections=_MAX_CONNECTIONS,
-            max_keepalive_connections=_MAX_KEEPALIVE,
-            keepalive_expiry=_KEEPALIVE_EXPIRY,
-            http1=True,
-            http2=False,
-            retries=0,
-            network_backend=_AsyncPinnedBackend(),
-        )
+    def _make_pool(self, **options: Any) -> None:
+        self._pool = httpcore.AsyncConnectionPool(network_backend=_AsyncPinnedBackend(), **options)
 
     async def guard(self, url: str) -> GuardedTarget:
         """Run the guard in a worker thread (one resolution)."""
-        return await anyio.to_thread.run_sync(self._guard, url)
+        return await anyio.to_thread.run_sync(self._guard_url, url)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         target = await self.guard(str(request.url))
-        core, pins = build_core_request(request, target)
-        check_deadline(pins, target.host)  # the resolution may have used it all up
+        core, pins = self._prepare(request, target)
         token = PINS.set(pins)
         try:
             with map_httpcore_errors():
@@ -128,12 +95,7 @@ class AsyncGuardedTransport(httpx.AsyncBaseTransport):
         finally:
             PINS.reset(token)
         assert isinstance(response.stream, AsyncIterable)
-        return httpx.Response(
-            status_code=response.status,
-            headers=response.headers,
-            stream=_AsyncResponseStream(response.stream),
-            extensions={**response.extensions, "flux_target": target},
-        )
+        return self._response(response, _AsyncResponseStream(response.stream), target)
 
     async def aclose(self) -> None:
         await self._pool.aclose()

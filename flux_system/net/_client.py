@@ -1,8 +1,7 @@
-"""The guarded sync HTTP client (:func:`guarded_client`)."""
+"""The guarded sync HTTP client (:func:`guarded_client`): a driver of :class:`RequestFlow`."""
 
 from __future__ import annotations
 
-import datetime
 import ssl
 import time
 from collections.abc import Callable, Collection, Mapping
@@ -10,33 +9,18 @@ from typing import Any, cast, final
 
 import httpx
 
-from flux_system._exceptions import EgressDeniedError, EgressReason
 from flux_system.net._allow import EgressPolicy, PrivateNetAllow
-from flux_system.net._body import BodyCollector
-from flux_system.net._deadline import DeadlineTimeouts
-from flux_system.net._limits import GuardedResponse, RequestLimits, finish_response
-from flux_system.net._redirects import (
-    origin,
-    redirect_request,
-    replayable,
-    retry_delay,
-    url_host,
-)
+from flux_system.net._client_base import GuardedClientBase
+from flux_system.net._flow import MAX_SENDS, RequestFlow, Wait
+from flux_system.net._limits import GuardedResponse, RequestLimits
 from flux_system.net._resolver import Resolver
 from flux_system.net._transport import GuardedTransport
-from flux_system.net._url import parse_url
 
 __all__ = ["GuardedClient", "guarded_client"]
 
 
-def _deadline_error(host: str) -> EgressDeniedError:
-    return EgressDeniedError(
-        "request: total deadline expired", op="request", target=host, reason=EgressReason.DEADLINE
-    )
-
-
 @final
-class GuardedClient(httpx.Client):
+class GuardedClient(GuardedClientBase, httpx.Client):
     """An :class:`httpx.Client` whose every request crosses the egress guard.
 
     Build it with :func:`guarded_client`. Every request (``get``, ``post``, ``send``,
@@ -59,25 +43,23 @@ class GuardedClient(httpx.Client):
         self,
         *,
         transport: GuardedTransport,
-        limits: RequestLimits,
-        timeout: httpx.Timeout,
+        limits: RequestLimits | None,
+        timeout: httpx.Timeout | float,
         headers: Mapping[str, str] | None,
         follow_redirects: bool,
         clock: Callable[[], float],
         wall_clock: Callable[[], float],
         sleep: Callable[[float], None],
     ) -> None:
-        super().__init__(
-            transport=transport,
-            trust_env=False,
+        self._setup(
+            transport,
+            limits=limits,
             timeout=timeout,
             headers=headers,
             follow_redirects=follow_redirects,
-            max_redirects=limits.max_redirects,
+            clock=clock,
+            wall_clock=wall_clock,
         )
-        self.limits = limits
-        self._clock = clock
-        self._wall_clock = wall_clock
         self._sleep = sleep
 
     def request(self, method: str, url: httpx.URL | str, **kwargs: Any) -> GuardedResponse:
@@ -105,19 +87,6 @@ class GuardedClient(httpx.Client):
     def delete(self, url: httpx.URL | str, **kwargs: Any) -> GuardedResponse:
         return cast(GuardedResponse, super().delete(url, **kwargs))
 
-    def build_request(self, method: str, url: httpx.URL | str, **kwargs: Any) -> httpx.Request:
-        """Build a request; a URL given as text is first parsed strictly (no lookup).
-
-        httpx normalizes URLs (drops an empty userinfo, maps IDNA dots, accepts ``:+80``);
-        the guard judges what the caller wrote, before that happens.
-
-        Raises:
-            EgressDeniedError: the text is refused by the strict parser.
-        """
-        if isinstance(url, str):
-            parse_url(url, op="request")
-        return super().build_request(method, url, **kwargs)
-
     def send(
         self,
         request: httpx.Request,
@@ -133,121 +102,39 @@ class GuardedClient(httpx.Client):
                 (REDIRECT) or the total deadline expired (DEADLINE).
             httpx.HTTPError: a transport or protocol error.
         """
-        follow = (
-            self.follow_redirects
-            if isinstance(follow_redirects, httpx._client.UseClientDefault)
-            else follow_redirects
-        )
-        limits = self.limits
-        start = self._clock()
-        deadline = start + limits.deadline
-        history: list[httpx.Response] = []
-        waited = 0.0
-        retries = 0
-        current = request
-        crossed = False  # once a hop leaves the first origin, caller auth is never sent
-        for _hop in range(limits.max_redirects + 1):
-            hop_auth = None if crossed else auth
-            response, hop_waited, hop_retries = self._send_hop(current, hop_auth, deadline)
-            waited += hop_waited
-            retries += hop_retries
+        flow = self._flow(request, auth, follow_redirects)
+        for _ in range(MAX_SENDS):
+            current, hop_auth = flow.attempt()
             try:
-                nxt = redirect_request(current, response) if follow else None
+                response = super().send(current, stream=True, auth=hop_auth, follow_redirects=False)
+            except httpx.TimeoutException as exc:
+                flow.timed_out(exc)
+                raise
+            try:
+                step = flow.next_step(response)
             except BaseException:
                 response.close()
                 raise
-            if nxt is None:
-                return self._finish(
-                    response,
-                    deadline=deadline,
-                    start=start,
-                    history=history,
-                    waited=waited,
-                    retries=retries,
-                )
+            if step is None:
+                return self._read(response, flow)
             response.close()
-            history.append(response)
-            crossed = crossed or origin(nxt.url) != origin(current.url)
-            current = nxt
-        raise EgressDeniedError(
-            f"redirect: more than {limits.max_redirects} hops",
-            op="redirect",
-            target=url_host(current.url),
-            reason=EgressReason.REDIRECT,
-        )
+            if isinstance(step, Wait):
+                self._sleep(step.delay)
+        raise AssertionError("unreachable: the flow bounds the sends")  # pragma: no cover
 
-    def _send_hop(
-        self, request: httpx.Request, auth: Any, deadline: float
-    ) -> tuple[httpx.Response, float, int]:
-        waited = 0.0
-        base = self.timeout.as_dict()
-        for attempt in range(self.limits.max_retries + 1):
-            if self._clock() >= deadline:
-                raise _deadline_error(url_host(request.url))
-            request.extensions["timeout"] = DeadlineTimeouts(
-                base, deadline=deadline, clock=self._clock
-            )
-            try:
-                response = super().send(
-                    request,
-                    stream=True,
-                    auth=auth if auth is not None else None,
-                    follow_redirects=False,
-                )
-            except httpx.TimeoutException as exc:
-                if self._clock() >= deadline:
-                    raise _deadline_error(url_host(request.url)) from exc
-                raise
-            if (
-                response.status_code != 429
-                or attempt == self.limits.max_retries
-                or not replayable(request)
-            ):
-                return response, waited, attempt
-            delay = retry_delay(response.headers.get("retry-after"), now=self._wall_clock)
-            if delay is None:
-                delay = self.limits.default_retry_after
-            if self._clock() + delay >= deadline:
-                return response, waited, attempt  # cannot wait within the deadline
-            response.close()
-            self._sleep(delay)
-            waited += delay
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def _finish(
-        self,
-        response: httpx.Response,
-        *,
-        deadline: float,
-        start: float,
-        history: list[httpx.Response],
-        waited: float,
-        retries: int,
-    ) -> GuardedResponse:
-        collector = BodyCollector(self.limits.max_body, response.headers.get("content-encoding"))
+    def _read(self, response: httpx.Response, flow: RequestFlow) -> GuardedResponse:
+        body = flow.collector(response)
         try:
             for chunk in response.iter_raw():
-                if collector.feed(chunk):
+                if body.feed(chunk):
                     break
-                if self._clock() >= deadline:
-                    raise _deadline_error(url_host(response.request.url))
+                flow.check_deadline()
         except httpx.TimeoutException as exc:
-            if self._clock() >= deadline:
-                raise _deadline_error(url_host(response.request.url)) from exc
+            flow.timed_out(exc)
             raise
         finally:
             response.close()
-        elapsed = datetime.timedelta(seconds=self._clock() - start)
-        return finish_response(
-            response,
-            collector.body(),
-            truncated=collector.truncated,
-            decoded=collector.decoded,
-            waited=waited,
-            retries=retries,
-            history=history,
-            elapsed=elapsed,
-        )
+        return flow.finish(response, body)
 
 
 def guarded_client(
@@ -290,8 +177,8 @@ def guarded_client(
         transport=GuardedTransport(
             allow=allow, resolver=resolver, ports=ports, policy=policy, verify=verify
         ),
-        limits=RequestLimits() if limits is None else limits,
-        timeout=timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout),
+        limits=limits,
+        timeout=timeout,
         headers=headers,
         follow_redirects=follow_redirects,
         clock=clock,

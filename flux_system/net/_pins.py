@@ -25,9 +25,11 @@ from flux_system.net._deadline import MIN_TIMEOUT
 
 __all__ = [
     "PINS",
+    "DialAttempts",
     "Pins",
     "check_deadline",
     "connect_socket",
+    "dial_attempts",
     "map_httpcore_errors",
     "pinned_addresses",
     "sockaddr",
@@ -57,6 +59,59 @@ def pinned_addresses(host: str, port: int) -> tuple[Pins, tuple[IPv4Address | IP
     if pins is None or not addresses:
         raise httpcore.ConnectError(f"no vetted address for {host}:{port} (refused)")
     return pins, addresses
+
+
+@final
+class DialAttempts:
+    """The vetted addresses of one ``connect_tcp``, each with the time it may take.
+
+    Iterate to get ``(address, timeout)`` pairs in resolver order: the timeout is the
+    phase timeout capped by what is left of the request's deadline, recomputed before
+    each address, so several addresses share one budget. Record each failure with
+    :meth:`failed`; :meth:`error` is the last one (raise it when none connected).
+    """
+
+    __slots__ = ("_addresses", "_last", "_pins", "_timeout")
+
+    def __init__(
+        self,
+        pins: Pins,
+        addresses: tuple[IPv4Address | IPv6Address, ...],
+        timeout: float | None,
+    ) -> None:
+        self._pins = pins
+        self._addresses = addresses
+        self._timeout = timeout
+        self._last: Exception | None = None
+
+    def __iter__(self) -> Iterator[tuple[IPv4Address | IPv6Address, float | None]]:
+        for address in self._addresses:  # at most MAX_ANSWERS addresses
+            left = self._timeout
+            if self._pins.remaining is not None:
+                budget = self._pins.remaining()
+                left = budget if left is None else min(left, budget)
+            yield address, left
+
+    def failed(self, exc: Exception) -> None:
+        self._last = exc
+
+    def error(self) -> Exception:
+        return self._last or httpcore.ConnectError("no vetted address to connect to")
+
+
+def dial_attempts(
+    host: str, port: int, timeout: float | None, local_address: str | None = None
+) -> DialAttempts:
+    """The :class:`DialAttempts` for *host*:*port* in the current context.
+
+    Raises:
+        httpcore.ConnectError: nothing vetted here, or a local address was asked for
+            (binding one is not offered: the pool never asks).
+    """
+    if local_address is not None:
+        raise httpcore.ConnectError("binding a local address is not offered")
+    pins, addresses = pinned_addresses(host, port)
+    return DialAttempts(pins, addresses, timeout)
 
 
 def check_deadline(pins: Pins, host: str) -> None:
