@@ -165,11 +165,12 @@ def pids_hierarchy_available() -> bool:
 class Lease:
     """One tree's cgroup, held by exactly one tree until released to its pool."""
 
-    __slots__ = ("_current", "_dir", "_procs", "_tasks", "max_set", "path")
+    __slots__ = ("_current", "_dir", "_max", "_procs", "_tasks", "max_set", "path")
 
     def __init__(self, path: str) -> None:
         self.path = path
         self.max_set = False
+        self._max: int | None = None
         self._dir = self._tasks = self._procs = self._current = -1
         try:
             self._dir = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -184,9 +185,15 @@ class Lease:
         """Move the thread *tid* into this cgroup (v1 moves single threads)."""
         os.write(self._tasks, tid)
 
+    @property
+    def frozen(self) -> bool:
+        """Whether forks are refused (``pids.max`` 0, set by a kill)."""
+        return self._max == 0
+
     def set_max(self, value: int | None) -> None:
         _write(os.path.join(self.path, "pids.max"), "max" if value is None else str(value))
         self.max_set = value is not None
+        self._max = value
 
     def current(self) -> int:
         """Tasks charged here and below, zombies included (they uncharge when reaped)."""

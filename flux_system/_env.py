@@ -3,8 +3,14 @@
 Guarantee: a variable reaches the child only if it is on the allow-list (copied from
 the parent) or the caller passed it explicitly; loader and interpreter hooks on
 :data:`DENIED_HOOKS` are never copied from the parent, whatever the allow-list says.
+Names are compared upper-cased against the hooks, so no case variant slips through.
+The parent's ``PATH`` is copied without its relative entries (empty, ``.``, ``bin``):
+a child shell would otherwise search its workspace cwd for commands.
 Not guaranteed: what the caller's explicit ``env`` contains — it is applied last, as
-given (a caller may deliberately hand a child ``PYTHONPATH``).
+given (a caller may deliberately hand a child ``PYTHONPATH`` or a relative ``PATH``);
+it is only validated (names, NUL, encodability), and a refused pair never appears in
+the error. Nor what a child can read with its own authority: an unsandboxed child
+running as this process's uid can read ``/proc/<parent>/environ`` (docs/decisions/0022).
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from flux_system._exceptions import ProcessError, ProcessReason, SpawnError
+from flux_system._exceptions import ProcessReason, SpawnError
 
 __all__ = ["DEFAULT_ENV_ALLOWLIST", "DENIED_HOOKS", "build_env", "resolve_argv0"]
 
@@ -93,25 +99,68 @@ DENIED_HOOKS: frozenset[str] = frozenset(
         "EDITOR",
         "VISUAL",
         "PAGER",
+        "GLIBC_TUNABLES",
+        "LOCPATH",
+        "GETCONF_DIR",
+        "RESOLV_HOST_CONF",
+        "NIS_PATH",
+        "OPENSSL_CONF",
+        "OPENSSL_ENGINES",
+        "LESSOPEN",
+        "LESSCLOSE",
+        "ZDOTDIR",
+        "BASH_XTRACEFD",
     }
 )
-_DENIED_PREFIXES = ("LD_", "DYLD_", "GIT_CONFIG_")
+# Whole families: the loader (LD_, DYLD_), malloc tunables, exported bash functions
+# (``BASH_FUNC_name%%``), interpreter hooks (PYTHON*, PERL*, RUBY*, NODE_*), git's
+# command and config hooks (GIT_*).
+_DENIED_PREFIXES = (
+    "LD_",
+    "DYLD_",
+    "MALLOC_",
+    "BASH_FUNC_",
+    "PYTHON",
+    "PERL",
+    "RUBY",
+    "NODE_",
+    "GIT_",
+)
 
 # Bound on a child's PATH: entries looked at before argv[0] is declared not found.
 _MAX_PATH_ENTRIES = 256  # a longer PATH is abuse, not configuration
 
 
 def _is_hook(name: str) -> bool:
-    return name in DENIED_HOOKS or name.startswith(_DENIED_PREFIXES)
+    upper = name.upper()  # the loader is case-sensitive; fail closed on variants anyway
+    return upper in DENIED_HOOKS or upper.startswith(_DENIED_PREFIXES)
+
+
+def _absolute_entries(path: str) -> str:
+    """*path* without its relative entries (which would search the child's cwd)."""
+    return os.pathsep.join(e for e in path.split(os.pathsep) if e.startswith("/"))
+
+
+def _invalid_env() -> SpawnError:
+    # Never name the variable or its value: either may be a secret.
+    return SpawnError(
+        "env: invalid variable name or value", op="run", reason=ProcessReason.INVALID_ENV
+    )
 
 
 def _check_pair(key: object, value: object) -> tuple[str, str]:
     if not isinstance(key, str) or not isinstance(value, str):
         raise TypeError("env must map str to str")
     if not key or "=" in key or "\0" in key or "\0" in value:
-        raise ProcessError(
-            "env: invalid variable name or value", op="run", reason=ProcessReason.SPAWN_FAILED
-        )
+        raise _invalid_env()
+    try:  # what exec would do later, where the error would carry the value
+        os.fsencode(key)
+        os.fsencode(value)
+        encodable = True
+    except UnicodeEncodeError:
+        encodable = False
+    if not encodable:  # raised outside the handler: no __context__ holding the value
+        raise _invalid_env()
     return key, value
 
 
@@ -128,7 +177,7 @@ def build_env(
             continue
         value = parent.get(name)  # present a moment ago; another thread may unset it
         if value is not None and "\0" not in value:
-            env[name] = value
+            env[name] = _absolute_entries(value) if name == "PATH" else value
     if caller_env is not None:
         if not isinstance(caller_env, Mapping):
             raise TypeError("env must be a mapping of str to str")

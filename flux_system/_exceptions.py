@@ -83,6 +83,7 @@ class WorkspaceReason(enum.Enum):
     BAD_NAME = "bad_name"  # final component is ".", ".." or the root: nothing to act on
     TOO_DEEP = "too_deep"  # directory nesting over a walk's bound
     UNSUPPORTED = "unsupported"  # e.g. resolver="openat2" on a kernel without openat2
+    DECODE = "decode"  # read_text: the bytes are not valid in the requested encoding
 
 
 class ConfinementReason(enum.Enum):
@@ -140,6 +141,7 @@ class ProcessReason(enum.Enum):
     CANCELLED = "cancelled"
     CLOSED = "closed"
     INVALID_ARGV = "invalid_argv"  # empty argv, NUL byte in an argument
+    INVALID_ENV = "invalid_env"  # env name empty or with "=", NUL, not encodable
 
 
 class SandboxReason(enum.Enum):

@@ -78,7 +78,8 @@ class Privileges:
         no_new_privs: set ``PR_SET_NO_NEW_PRIVS`` (setuid bits and file capabilities
             no longer raise privileges).
         uid, gid: drop to this uid/gid (supplementary groups cleared) — only possible
-            when the parent may (root); otherwise the spawn fails.
+            when the parent may (root); otherwise the spawn fails. A uid needs a gid
+            (``ValueError``): a uid alone would keep the root group.
         umask: the child's umask.
     """
 
@@ -91,6 +92,9 @@ class Privileges:
         _check("uid", self.uid, minimum=0)
         _check("gid", self.gid, minimum=0)
         _check("umask", self.umask, minimum=0)
+        if self.uid is not None and self.gid is None:
+            # setuid alone keeps gid 0: root's group would stay with the child.
+            raise ValueError("gid must be given with uid")
         if self.umask is not None and self.umask > 0o777:
             raise ValueError("umask must be <= 0o777")
         if not isinstance(self.no_new_privs, bool):

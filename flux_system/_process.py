@@ -49,9 +49,13 @@ def _check_timeout(timeout: float | None) -> float | None:
         return None
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
         raise TypeError("timeout must be a number of seconds or None")
-    if not math.isfinite(timeout) or timeout <= 0:
+    try:
+        value = float(timeout)
+    except OverflowError:  # an int beyond float range
+        raise ValueError("timeout must be a positive finite number") from None
+    if not math.isfinite(value) or value <= 0:
         raise ValueError("timeout must be a positive finite number")
-    return float(timeout)
+    return value
 
 
 def _check_stdin(stdin: bytes | None) -> bytes | None:
@@ -113,7 +117,9 @@ class System:
             raise TypeError("env_allowlist must be a collection of str")
         if isinstance(output_cap, bool) or not isinstance(output_cap, int) or output_cap < 0:
             raise ValueError("output_cap must be a non-negative int")
-        if max_children is not None and (not isinstance(max_children, int) or max_children < 1):
+        if max_children is not None and (
+            isinstance(max_children, bool) or not isinstance(max_children, int) or max_children < 1
+        ):
             raise ValueError("max_children must be a positive int or None")
         if privileges is not None and not isinstance(privileges, Privileges):
             raise TypeError("privileges must be a Privileges")

@@ -122,6 +122,74 @@ def _wait_readable(fds: list[int], budget_s: float | None) -> None:
             pending -= 1
 
 
+def _exited(pidfd: int) -> bool:
+    """Whether the process of *pidfd* has exited (every thread; maybe not yet reaped)."""
+    poller = select.poll()
+    poller.register(pidfd, select.POLLIN)
+    return bool(poller.poll(0))
+
+
+def _our_children() -> list[int]:
+    """Our children (direct and subreaper-adopted), bounded."""
+    me = os.getpid()
+    kids: list[int] = []
+    with contextlib.suppress(OSError):
+        for tid in os.listdir(f"/proc/{me}/task"):
+            path = f"/proc/{me}/task/{tid}/children"
+            with contextlib.suppress(OSError), open(path, encoding="ascii") as fh:
+                kids.extend(int(x) for x in fh.read().split())
+    return kids[:_MAX_DESCENDANTS]
+
+
+def _zombie_children() -> frozenset[int]:
+    """Our zombie children that are not the leader of a tree (those have owners)."""
+    with _lock:
+        leaders = set(_leaders)
+    out = set()
+    for pid in _our_children():
+        ids = _group_and_session(pid)
+        if pid not in leaders and ids is not None and ids[0] == "Z":
+            out.add(pid)
+    return frozenset(out)
+
+
+def _reap_unseen_zombies(lease: Lease) -> None:
+    """Reap the zombies the tree left that no kill round ever saw alive.
+
+    A member that exited before any kill (a ``setsid`` fork-and-exit chain leaves one
+    per hop) is re-parented to us as a zombie with a pgid and session we never saw, and
+    shows ``/`` as its v1 cgroup. It is still charged to the tree's cgroup until reaped,
+    and with every member dead it is our child. So when our non-leader zombie children
+    are exactly as many as the zombies charged to the tree (``pids.current`` less the
+    unreaped leader), read twice around the count to catch a change, they are the
+    tree's: reap them. Otherwise (another zombie child of ours is pending, e.g. a
+    concurrent tree's or the application's own) nothing is reaped: never a child that
+    may be someone else's.
+    """
+    try:
+        if lease.current() <= 1:
+            return
+        before = _zombie_children()
+        charged = lease.current() - 1
+        after = _zombie_children()
+    except (OSError, ValueError):
+        return
+    if not after or before != after or len(after) != charged:
+        return
+    for pid in after:
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError:
+            continue
+        try:  # the pidfd pins it: still our zombie, or reaped by someone else meanwhile
+            ids = _group_and_session(pid)
+            if ids is not None and ids[0] == "Z":
+                with contextlib.suppress(ChildProcessError, OSError):
+                    os.waitid(os.P_PIDFD, pidfd, os.WEXITED | os.WNOHANG)
+        finally:
+            os.close(pidfd)
+
+
 @typing.final
 class Tree:
     """The processes of one child's tree (internal; created by the spawn builder).
@@ -219,6 +287,8 @@ class Tree:
             return False
         empty = self._kill_members(lease, groups, sessions)
         self._reap_adopted(self.pgid, groups, sessions)
+        if empty:
+            _reap_unseen_zombies(lease)
         return empty
 
     def _kill_members(self, lease: Lease, groups: set[int], sessions: set[int]) -> bool:
@@ -232,7 +302,13 @@ class Tree:
                 return False
             if not members:
                 return True
+            # Freeze forks first (pids.max = 0; reset when the lease is released): a
+            # fork-and-exit chain then cannot outrun the rounds or add zombies.
+            with contextlib.suppress(OSError):
+                if not lease.frozen:
+                    lease.set_max(0)
             pidfds: list[int] = []
+            alive = 0
             try:
                 for pid in members:
                     try:
@@ -252,8 +328,17 @@ class Tree:
                         groups.add(ids[1])
                     if ids is not None and ids[2] != mine[1]:
                         sessions.add(ids[2])
+                    # The dead leader stays listed until it is reaped: not a member. (Its
+                    # state "Z" would not do: a process whose main thread exited shows
+                    # "Z" while its other threads run; the pidfd polls readable only
+                    # once the whole thread group has exited.)
+                    if _exited(pidfd):
+                        continue
+                    alive += 1
                     with contextlib.suppress(OSError):
                         signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+                if not alive:
+                    return True
                 # Wait until they have exited: only then are their children re-parented.
                 _wait_readable(pidfds, _EXIT_WAIT_S)
             finally:
@@ -269,16 +354,9 @@ class Tree:
         member: a pgid/sid is never reused while a process still carries it. This
         catches members that exited on their own (zombies no longer in the cgroup).
         """
-        me = os.getpid()
-        kids: list[int] = []
-        with contextlib.suppress(OSError):
-            for tid in os.listdir(f"/proc/{me}/task"):
-                path = f"/proc/{me}/task/{tid}/children"
-                with contextlib.suppress(OSError), open(path, encoding="ascii") as fh:
-                    kids.extend(int(x) for x in fh.read().split())
         with _lock:
             leaders = set(_leaders)
-        for pid in kids[:_MAX_DESCENDANTS]:
+        for pid in _our_children():
             if pid == leader or pid in leaders:  # another tree's leader: its owner reaps
                 continue
             ids = _group_and_session(pid)

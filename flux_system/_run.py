@@ -25,9 +25,13 @@ from flux_system._spawn import Spawned
 __all__ = ["Session", "Sink", "drive_async", "drive_sync"]
 
 _STDIN_CHUNK = 1 << 16
-# After a kill, wait at most this long for the pipes to reach EOF (a writer outside a
-# contained tree could hold them open forever).
+# After a kill, and after the leader's exit (which kills the tree), wait at most this
+# long for the pipes to reach EOF: a writer outside a contained tree (an uncontained
+# daemon, a root child that left its cgroup) could hold them open forever.
 _DRAIN_AFTER_KILL_S = 0.5
+# Longest single poll(2) wait: a huge timeout is waited for in slices (poll takes an
+# int of milliseconds; 1e300 s would overflow it).
+_MAX_WAIT_MS = 1 << 30
 
 
 class Sink(typing.Protocol):
@@ -120,14 +124,19 @@ class Session:
             self._close_stdin()
 
     def drain_after_kill(self) -> None:
-        """Collect what the killed tree left in the pipes (bounded wait)."""
+        """Collect what the killed tree left in the pipes (bounded wait).
+
+        ``poll``, not ``select``: the pipe fds may be above ``FD_SETSIZE`` (1024).
+        """
         end = time.monotonic() + _DRAIN_AFTER_KILL_S
         while self._sinks:
             left = end - time.monotonic()
             if left <= 0:
                 break
-            ready, _, _ = select.select(list(self._sinks), [], [], left)
-            for fd in ready:
+            poller = select.poll()
+            for fd in self._sinks:
+                poller.register(fd, select.POLLIN)
+            for fd, _ in poller.poll(int(left * 1000) + 1):
                 self.on_readable(fd)
 
     def finish(self) -> int:
@@ -163,17 +172,22 @@ def drive_sync(sess: Session, deadline: float | None) -> bool:
             poller.unregister(fd)
 
     sess.forget = forget
+    grace_end: float | None = None  # set at the leader's exit
     while not sess.done:
-        if deadline is None:
-            wait_ms: int | None = None
+        now = time.monotonic()
+        if grace_end is not None:  # the leader exited: the deadline no longer applies
+            if now >= grace_end:
+                return True  # a survivor outside the tree holds a pipe: stop reading
+            end: float | None = grace_end
+        elif deadline is not None and now >= deadline:
+            return False
         else:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return False
-            wait_ms = max(1, int(left * 1000) + 1)
+            end = deadline
+        wait_ms = None if end is None else min(_MAX_WAIT_MS, int((end - now) * 1000) + 1)
         for fd, _ in poller.poll(wait_ms):
             if fd == sp.pidfd:
                 sess.on_exit()
+                grace_end = time.monotonic() + _DRAIN_AFTER_KILL_S
             elif fd == sp.stdin_fd:
                 sess.on_writable()
             else:
@@ -188,6 +202,11 @@ async def drive_async(sess: Session, timeout: float | None) -> bool:
     fut: asyncio.Future[None] = loop.create_future()
     readers: set[int] = set()
     writers: set[int] = set()
+    grace: list[asyncio.TimerHandle] = []
+
+    def settle() -> None:
+        if not fut.done():
+            fut.set_result(None)
 
     def step(action: Callable[[], None]) -> None:
         try:
@@ -196,8 +215,10 @@ async def drive_async(sess: Session, timeout: float | None) -> bool:
             if not fut.done():
                 fut.set_exception(exc)
             return
-        if sess.done and not fut.done():
-            fut.set_result(None)
+        if sess.done:
+            settle()
+        elif sess.exited and not grace:  # as drive_sync: bounded wait for EOF
+            grace.append(loop.call_later(_DRAIN_AFTER_KILL_S, settle))
 
     def forget(fd: int) -> None:
         if fd in readers:
@@ -220,8 +241,10 @@ async def drive_async(sess: Session, timeout: float | None) -> bool:
         async with asyncio.timeout(timeout):
             await fut
     except TimeoutError:
-        return False
+        return sess.exited  # the leader's exit, seen in time, is a result
     finally:
+        for handle in grace:
+            handle.cancel()
         for fd in list(readers | writers):
             forget(fd)
         sess.forget = lambda fd: None

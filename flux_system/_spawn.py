@@ -8,14 +8,17 @@ done by ``_posixsubprocess`` itself. Only rlimits and ``no_new_privs`` need a
 ``preexec_fn``, paid when asked.
 
 Guarantee: the child gets only fds 0/1/2 (``close_fds``), an environment built by
-:func:`flux_system._env.build_env`, its own process group and (when the host allows)
-its own pids cgroup; an error leaves no process and no fd behind.
+:func:`flux_system._env.build_env`, its own session and process group (``setsid``: no
+controlling terminal, so no ``/dev/tty`` and no ``TIOCSTI`` into the caller's
+terminal) and (when the host allows) its own pids cgroup; an error leaves no process
+and no fd behind.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import os
 import subprocess
 import typing
@@ -92,6 +95,16 @@ def check_argv(argv: object) -> tuple[str, ...]:
         raise SpawnError(
             "argv contains a NUL byte", op="run", target=None, reason=ProcessReason.INVALID_ARGV
         )
+    try:  # what exec would do after the fork machinery is set up
+        for a in items:
+            os.fsencode(a)
+        encodable = True
+    except UnicodeEncodeError:
+        encodable = False
+    if not encodable:  # raised outside the handler: no __context__ holding the argument
+        raise SpawnError(
+            "argv is not encodable", op="run", target=None, reason=ProcessReason.INVALID_ARGV
+        )
     return items
 
 
@@ -152,18 +165,26 @@ def _build_spawn(spec: SpawnSpec, ws: DirAuthority) -> Spawned:
     popen: subprocess.Popen[bytes] | None = None
     try:
         cwd_fd = ws._open_dir_fd(spec.cwd)
+        try:
+            if cwd_fd < 3:  # 0-2 closed in this process: the child's dup2 would clobber it
+                low, cwd_fd = cwd_fd, fcntl.fcntl(cwd_fd, fcntl.F_DUPFD_CLOEXEC, 3)
+                os.close(low)
+            if spec.with_stdin:
+                r, w = os.pipe2(os.O_CLOEXEC)
+                theirs.append(r)
+                ours.append(w)
+                probe = os.dup(r)  # O_CLOEXEC by default
+            out_r, out_w = os.pipe2(os.O_CLOEXEC)
+            ours.append(out_r)
+            theirs.append(out_w)
+            err_r, err_w = os.pipe2(os.O_CLOEXEC)
+            ours.append(err_r)
+            theirs.append(err_w)
+        except OSError as exc:  # EMFILE/ENFILE: out of fds
+            raise SpawnError(
+                f"spawn failed: {exc.strerror}", op="run", target=target, reason=_SPAWN_FAILED
+            ) from exc
         cwd_link = f"/proc/self/fd/{cwd_fd}"
-        if spec.with_stdin:
-            r, w = os.pipe2(os.O_CLOEXEC)
-            theirs.append(r)
-            ours.append(w)
-            probe = os.dup(r)  # O_CLOEXEC by default
-        out_r, out_w = os.pipe2(os.O_CLOEXEC)
-        ours.append(out_r)
-        theirs.append(out_w)
-        err_r, err_w = os.pipe2(os.O_CLOEXEC)
-        ours.append(err_r)
-        theirs.append(err_w)
         with tree.entered():
             try:
                 popen = subprocess.Popen(
@@ -175,7 +196,7 @@ def _build_spawn(spec: SpawnSpec, ws: DirAuthority) -> Spawned:
                     cwd=cwd_link,
                     env=env,
                     close_fds=True,
-                    process_group=0,
+                    start_new_session=True,  # own group, and no controlling terminal
                     umask=priv.umask if priv.umask is not None else -1,
                     user=priv.uid,
                     group=priv.gid,
