@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import errno
 import io
 import os
@@ -10,6 +11,7 @@ import typing
 
 from flux_system._exceptions import WorkspaceReason, workspace_error_from_os
 from flux_system._fileinfo import FileInfo
+from flux_system._pathname import as_text
 from flux_system._tree import list_names, walk_tree
 from flux_system._wsbase import DIR, LISTABLE, PATH, err
 from flux_system._wsmutate import Mutations
@@ -168,9 +170,18 @@ class Workspace(Mutations):
         """:meth:`read_bytes`, decoded (*limit* counts bytes). Same guarantees and errors.
 
         Raises:
-            UnicodeDecodeError: the bytes are not valid *encoding* (with ``"strict"``).
+            LookupError: unknown *encoding* or *errors* handler (before any syscall).
+            WorkspaceError: ``DECODE`` when the bytes are not valid *encoding* (with
+                ``errors="strict"``; the ``UnicodeDecodeError`` is the ``__cause__``).
         """
-        return self.read_bytes(path, limit=limit).decode(encoding, errors)
+        codecs.lookup(encoding)
+        codecs.lookup_error(errors)
+        data = self.read_bytes(path, limit=limit)
+        try:
+            return data.decode(encoding, errors)
+        except UnicodeDecodeError as exc:
+            display = path if type(path) is str else as_text(path, "path")
+            raise err("read_text", display, WorkspaceReason.DECODE, "not valid text") from exc
 
     def open_read(self, path: str | os.PathLike[str]) -> io.BufferedReader:
         """Open the regular file *path* for streaming binary reads.

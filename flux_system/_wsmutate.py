@@ -31,6 +31,26 @@ def _escape(op: str, display: str, what: str) -> PathEscapeError:
     return PathEscapeError(f"{op}: {what}", op=op, path=display, reason=ConfinementReason.ESCAPE)
 
 
+def _append_all(fd: int, data: Data, size: int) -> None:
+    """Append every byte of *data* to *fd* (``O_APPEND``) whose size was *size*.
+
+    On failure (disk full, file-size limit, a signal) the bytes already appended are cut
+    off again — but only if the file is still exactly *size* plus them, so a concurrent
+    appender's data is never cut (then the partial tail stays: decision 0014).
+    """
+    view = memoryview(data).cast("B")
+    done = 0
+    try:
+        while done < len(view):
+            done += os.write(fd, view[done:])
+    except BaseException:
+        if done:
+            with contextlib.suppress(OSError):
+                if os.fstat(fd).st_size == size + done:
+                    os.ftruncate(fd, size)
+        raise
+
+
 class Mutations(WorkspaceBase):
     """Writes, creation, removal, rename, links and modes (see ``Workspace``)."""
 
@@ -40,14 +60,17 @@ class Mutations(WorkspaceBase):
         """Atomically replace (or create) the file *path* with *data*.
 
         A temporary file is created ``O_EXCL`` in the destination directory's fd,
-        written, fsynced and renamed over the name. Guarantee: readers see the old or
-        the new content, never a mix; on any failure nothing partial is left; the
-        replaced file's permission bits are kept (setuid/setgid dropped); an inode
+        written, fsynced and renamed over the name, and the directory is fsynced.
+        Guarantee: readers see the old or the new content, never a mix; on any failure
+        nothing partial is left; once it returns, content and name survive a crash; the
+        replaced file's permission bits are kept (setuid/setgid dropped; a new file
+        gets ``0o666`` under the umask); an inode
         shared with another name is never modified (the name is replaced: the other
         name keeps the old content); a symlink at *path* is replaced itself, never
         written through. Missing parent directories are created beneath the root
-        unless ``create_parents=False``. Not guaranteed: durability of the rename
-        itself (the directory is not fsynced).
+        unless ``create_parents=False``. Not guaranteed: durability of parent
+        directories it created (only the final directory is fsynced), nor of the
+        rename in a directory the caller may write but not read.
 
         Raises:
             TypeError: *data* is not bytes-like.
@@ -97,8 +120,10 @@ class Mutations(WorkspaceBase):
         A final symlink is followed beneath the root. Guarantee: refuses a file whose
         inode another name shares (``HARD_LINK``) and anything not a regular file
         (``SPECIAL_FILE``; a FIFO without reader is refused without blocking) before
-        writing a byte. Not guaranteed: atomicity — a failed append (disk full) may
-        leave part of *data* appended.
+        writing a byte; a failed append (disk full, file-size limit) cuts off what it
+        had appended. Not guaranteed: atomicity for concurrent readers (they may see a
+        partial tail while it is written), nor the cut when another process appended
+        to the same file meanwhile (its data is never cut; the partial tail then stays).
 
         Raises:
             TypeError, PathEscapeError, InvalidPathError, NotFoundError,
@@ -118,7 +143,7 @@ class Mutations(WorkspaceBase):
                     raise err(op, display, WorkspaceReason.SPECIAL_FILE, "not a regular file")
                 if st.st_nlink > 1:
                     raise err(op, display, WorkspaceReason.HARD_LINK, "inode shared by a name")
-                write_all(fd, payload)
+                _append_all(fd, payload, st.st_size)
             finally:
                 os.close(fd)
         except OSError as exc:
@@ -134,7 +159,7 @@ class Mutations(WorkspaceBase):
         """Copy the regular file *src* (any root) to *dst* atomically (as :meth:`write_bytes`).
 
         The new file takes the permission bits of a replaced *dst*, else those of *src*
-        (setuid/setgid dropped). Guarantee: as :meth:`read_bytes` for *src* and
+        under the umask (setuid/setgid dropped). Guarantee: as :meth:`read_bytes` for *src* and
         :meth:`write_bytes` for *dst*; an error names the side at fault.
         """
         op = "copy"

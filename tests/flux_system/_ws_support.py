@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import os
+import pickle
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -42,3 +44,33 @@ def root(tmp_path: Path) -> Path:
 def ws(root: Path, resolver: str) -> Iterator[Workspace]:
     with Workspace(root, resolver=resolver) as w:
         yield w
+
+
+def in_child(fn: Callable[[], object]) -> object:
+    """Run *fn* in a forked child (for process-wide state: rlimits, umask) and return its
+    result, which must pickle. An exception in the child is returned, not raised."""
+    reader, writer = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: never return into pytest
+        code = 1
+        try:
+            os.close(reader)
+            try:
+                result: object = fn()
+            except BaseException as exc:  # reported to the parent as a value
+                result = exc
+            try:
+                payload = pickle.dumps(result)
+            except Exception as exc:
+                payload = pickle.dumps(RuntimeError(f"unpicklable result: {exc!r}"))
+            with os.fdopen(writer, "wb") as out:
+                out.write(payload)
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(writer)
+    with os.fdopen(reader, "rb") as source:
+        payload = source.read()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, "child failed"
+    return pickle.loads(payload)  # our own child's bytes

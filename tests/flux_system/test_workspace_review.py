@@ -7,6 +7,8 @@ Each test is named after what it reproduces; all run on both resolvers, on real 
 from __future__ import annotations
 
 import os
+import stat
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,7 +21,7 @@ from flux_system import (
     WorkspaceError,
     WorkspaceReason,
 )
-from tests.flux_system._ws_support import outside, resolver, root, ws  # noqa: F401
+from tests.flux_system._ws_support import in_child, outside, resolver, root, ws  # noqa: F401
 
 # --- two-path operations name the side at fault ----------------------------------------
 
@@ -117,4 +119,126 @@ def test_copy_unreadable_source_names_src_and_leaves_nothing(root: Path, resolve
         with pytest.raises(WorkspaceError) as info:
             w.copy(f"{proc}/mem", "dst")
     assert (info.value.reason, info.value.path) == (WorkspaceReason.IO, f"{proc}/mem")
+    assert list(root.iterdir()) == []
+
+
+# --- modes, umask, setuid, hard links --------------------------------------------------
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(os.lstat(path).st_mode)
+
+
+def test_copy_to_new_file_honours_umask(root: Path, resolver: str) -> None:
+    (root / "src").write_bytes(b"s")
+    os.chmod(root / "src", 0o666)
+    (root / "t").write_bytes(b"")
+    (root / "link").symlink_to("t")
+
+    def child() -> tuple[int, int, int]:
+        os.umask(0o077)
+        with Workspace(root, resolver=resolver) as w:
+            w.copy("src", "new")
+            w.copy("src", "link")  # a symlink at dst is replaced: a new file too
+            w.write_bytes("written", b"w")
+        return _mode(root / "new"), _mode(root / "link"), _mode(root / "written")
+
+    assert in_child(child) == (0o600, 0o600, 0o600)
+
+
+def test_replace_keeps_mode_regardless_of_umask(root: Path, resolver: str) -> None:
+    (root / "f").write_bytes(b"old")
+    os.chmod(root / "f", 0o664)
+    (root / "src").write_bytes(b"s")
+    os.chmod(root / "src", 0o600)
+
+    def child() -> tuple[int, int]:
+        os.umask(0o077)
+        with Workspace(root, resolver=resolver) as w:
+            w.write_bytes("f", b"new")
+            first = _mode(root / "f")
+            w.copy("src", "f")
+        return first, _mode(root / "f")
+
+    assert in_child(child) == (0o664, 0o664)
+
+
+def test_copy_drops_setuid_and_setgid(ws: Workspace, root: Path) -> None:
+    (root / "src").write_bytes(b"#!/bin/true\n")
+    os.chmod(root / "src", 0o6755)
+    ws.copy("src", "dst")
+    assert _mode(root / "dst") == 0o755
+
+
+def test_copy_onto_hard_link_keeps_other_name(ws: Workspace, root: Path, outside: Path) -> None:
+    (root / "src").write_bytes(b"new")
+    os.link(outside / "canary", root / "hl")
+    ws.copy("src", "hl")
+    assert (outside / "canary").read_bytes() == b"CANARY"
+    assert (root / "hl").read_bytes() == b"new"
+    assert os.stat(outside / "canary").st_nlink == 1
+
+
+def test_rename_onto_hard_link_keeps_other_name(ws: Workspace, root: Path, outside: Path) -> None:
+    (root / "src").write_bytes(b"new")
+    os.link(outside / "canary", root / "hl")
+    ws.rename("src", "hl")
+    assert (outside / "canary").read_bytes() == b"CANARY"
+    ws.remove("hl")
+    assert (outside / "canary").read_bytes() == b"CANARY"
+
+
+# --- read_text --------------------------------------------------------------------------
+
+
+def test_read_text_undecodable_bytes_is_typed(ws: Workspace, root: Path) -> None:
+    (root / "bad").write_bytes(b"ok \xff\xfe")
+    with pytest.raises(WorkspaceError) as info:
+        ws.read_text("bad")
+    assert (info.value.reason, info.value.path) == (WorkspaceReason.DECODE, "bad")
+    assert ws.read_text("bad", errors="replace") == "ok \ufffd\ufffd"
+
+
+def test_read_text_unknown_codec_refused_before_reading(ws: Workspace) -> None:
+    with pytest.raises(LookupError):
+        ws.read_text("missing", encoding="no-such-codec")
+    with pytest.raises(LookupError):
+        ws.read_text("missing", errors="no-such-handler")
+
+
+def test_read_text_limit_inside_a_character(ws: Workspace, root: Path) -> None:
+    (root / "f").write_bytes("aé".encode())  # 3 bytes
+    assert ws.read_text("f", limit=3) == "aé"
+    with pytest.raises(WorkspaceError) as info:
+        ws.read_text("f", limit=2)
+    assert info.value.reason is WorkspaceReason.TOO_LARGE
+
+
+# --- parent creation --------------------------------------------------------------------
+
+
+def test_create_parents_through_missing_dotdot_creates_nothing(ws: Workspace, root: Path) -> None:
+    calls: list[Callable[[], None]] = [
+        lambda: ws.mkdir("a/../b/c"),
+        lambda: ws.write_bytes("x/y/../z/f", b"1"),
+    ]
+    for call in calls:
+        with pytest.raises(NotFoundError):
+            call()
+    assert list(root.iterdir()) == []
+
+
+def test_create_parents_under_existing_dotdot_and_dot(ws: Workspace, root: Path) -> None:
+    (root / "a").mkdir()
+    ws.mkdir("a/../b/./c")
+    ws.write_bytes("a/./x//y/f", b"1")
+    assert (root / "b" / "c").is_dir()
+    assert (root / "a" / "x" / "y" / "f").read_bytes() == b"1"
+
+
+def test_create_parents_below_deep_existing_prefix(ws: Workspace, root: Path) -> None:
+    ws.mkdir("d/" * 1000)
+    ws.write_bytes("d/" * 2000 + "f", b"deep")
+    assert ws.read_bytes("d/" * 2000 + "f") == b"deep"
+    ws.remove("d", recursive=True)  # as deep as it can create, it can remove
     assert list(root.iterdir()) == []
