@@ -19,7 +19,6 @@ from ._exceptions import EvidenceError, EvidenceReason
 from ._merkle import _mth, consistency_proof, inclusion_proof, leaf_hash
 from ._record import (
     EMPTY_HASH,
-    FORMAT_VERSION,
     GENESIS_KIND,
     RECOVERY_KIND,
     RESERVED_KINDS,
@@ -27,6 +26,7 @@ from ._record import (
     Record,
     build_line,
     genesis_hash,
+    make_record,
 )
 
 __all__ = ["Clock", "LogBase"]
@@ -43,85 +43,87 @@ class LogBase:
         self._records: list[Record] = []
         self._leaves: list[bytes] = []  # raw record hashes, the Merkle leaves
         self._leaf_hashes: list[bytes] = []  # RFC 6962 leaf hashes of those (lazily)
-        self._prev = ""
+        self._prev = ""  # hash of the last record (hex)
+        self._prev_raw = b""  # the same, raw: what the next record's hash starts from
         self._log_id = ""
         self._closed = False
         self._readonly = False
+        self._group_commit = False  # the three hooks below are called only when True
 
     # -- storage hooks -------------------------------------------------------------
     def _commit(self, line: bytes, seq: int) -> None:
         raise NotImplementedError
 
     def _begin_append(self) -> None:
-        """Called when an append starts (group commit counts appenders in flight)."""
+        """Group commit: an append starts (counts appenders in flight)."""
 
     def _end_write(self) -> None:
-        """Called once that append's write is done or abandoned."""
+        """Group commit: that append's write is done or abandoned."""
 
     def _after_commit(self, seq: int) -> None:
-        """Called after the append lock is released (group commit waits here)."""
+        """Group commit: wait for durability, after the append lock is released."""
 
     def _close(self) -> None:
         """Release storage."""
 
     # -- building --------------------------------------------------------------------
-    def _adopt(self, records: list[Record]) -> None:
-        """Take over already-verified records (from a scan)."""
+    def _adopt(self, records: list[Record], leaves: list[bytes]) -> None:
+        """Take over already-verified records and their raw hashes (from a scan)."""
         self._records = records
-        self._leaves = [bytes.fromhex(r.hash) for r in records]
+        self._leaves = leaves
         if records:
             self._prev = records[-1].hash
+            self._prev_raw = self._leaves[-1]
             self._log_id = records[0].data["log_id"]
 
     def _append_locked(
         self,
         kind: str,
+        data: bytes,
+        copy: Any,
         *,
-        data_text: str,
-        data: Any,
         session: str | None = None,
         turn: int | None = None,
         actor: str | None = None,
     ) -> Record:
-        """Build, commit and index one record. Caller holds ``self._lock``."""
-        seq = len(self._records)
+        """Build, commit and index one record (*data* canonical bytes, *copy* its
+        parsed value). Caller holds ``self._lock``."""
+        records = self._records
+        seq = len(records)
         ts = self._clock()
         if type(ts) is not int:
             raise EvidenceError(
                 "clock must return an int", op="append", reason=EvidenceReason.UNENCODABLE
             )
-        prev = self._prev if seq else genesis_hash(self._log_id)
-        line, record_hash, raw = build_line(
-            prev_hash=prev,
-            seq=seq,
-            ts=ts,
-            kind=kind,
-            session=session,
-            turn=turn,
-            actor=actor,
-            data_text=data_text,
+        if seq:
+            prev, prev_raw = self._prev, self._prev_raw
+        else:
+            prev = genesis_hash(self._log_id)
+            prev_raw = bytes.fromhex(prev)
+        line, raw, record_hash = build_line(
+            prev_raw, prev.encode(), seq, ts, kind, session, turn, actor, data
         )
         self._commit(line, seq)
-        record = Record(
-            FORMAT_VERSION, seq, ts, kind, session, turn, actor, data, prev, record_hash
-        )
-        self._records.append(record)
+        record = make_record(seq, ts, kind, session, turn, actor, copy, prev, record_hash)
+        records.append(record)
         self._leaves.append(raw)
         self._prev = record_hash
+        self._prev_raw = raw
         return record
 
     def _append_genesis(self, log_id: str | None) -> None:
         self._log_id = log_id if log_id is not None else uuid.uuid4().hex
-        raw, copy = encode_data({"log_id": self._log_id})
-        self._append_locked(GENESIS_KIND, data_text=raw, data=copy)
+        self._append_locked(GENESIS_KIND, *encode_data({"log_id": self._log_id}))
 
     def _append_recovery(self, dropped_bytes: int, dropped_sha256: str) -> None:
-        raw, copy = encode_data({"dropped_bytes": dropped_bytes, "dropped_sha256": dropped_sha256})
-        self._append_locked(RECOVERY_KIND, data_text=raw, data=copy)
+        dropped = {"dropped_bytes": dropped_bytes, "dropped_sha256": dropped_sha256}
+        self._append_locked(RECOVERY_KIND, *encode_data(dropped))
 
-    def _check_open(self, op: str) -> None:
+    def _check_writable(self, op: str) -> None:
         if self._closed:
             raise EvidenceError("evidence log is closed", op=op, reason=EvidenceReason.CLOSED)
+        if self._readonly:
+            raise EvidenceError("log is opened for reading", op=op, reason=EvidenceReason.READ_ONLY)
 
     # -- public interface --------------------------------------------------------
     @property
@@ -156,21 +158,22 @@ class LogBase:
                 op="append",
                 reason=EvidenceReason.BAD_ARGUMENT,
             )
-        self._begin_append()
+        group = self._group_commit
+        if group:
+            self._begin_append()
         try:
-            data_text, copy = encode_data(data)
+            raw, copy = encode_data(data)
             with self._lock:
-                self._check_open("append")
-                if self._readonly:
-                    raise EvidenceError(
-                        "log is opened for reading", op="append", reason=EvidenceReason.READ_ONLY
-                    )
+                if self._closed or self._readonly:
+                    self._check_writable("append")
                 record = self._append_locked(
-                    kind, data_text=data_text, data=copy, session=session, turn=turn, actor=actor
+                    kind, raw, copy, session=session, turn=turn, actor=actor
                 )
         finally:
-            self._end_write()
-        self._after_commit(record.seq)
+            if group:
+                self._end_write()
+        if group:
+            self._after_commit(record.seq)
         return record
 
     def query(

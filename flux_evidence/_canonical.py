@@ -13,12 +13,24 @@ from typing import Any
 
 from ._exceptions import EvidenceError, EvidenceReason
 
-__all__ = ["canonical_json", "encode_data", "encode_label", "encode_str", "loads_strict"]
+__all__ = [
+    "ENCODE_ERRORS",
+    "canonical_json",
+    "encode_data",
+    "encode_label",
+    "encode_str",
+    "loads_strict",
+    "scan_value",
+]
 
 
 def _refuse_type(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON")
 
+
+# What the encoder and the decoder raise on a value that has no canonical encoding (or
+# on text that is not one JSON value): callers map these to their own error.
+ENCODE_ERRORS = (TypeError, ValueError, RecursionError)
 
 # The C encoder, built once (json.JSONEncoder.encode rebuilds it on every call): sorted
 # keys, "," and ":" separators, UTF-8 kept as is, NaN/Infinity refused. No circular
@@ -51,7 +63,9 @@ def _refuse_constant(name: str) -> Any:
 
 
 _DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
-_SCAN_ONCE: Any = getattr(_DECODER, "scan_once")  # noqa: B009 - untyped attribute
+# scan_value(text, index) -> (value, end): one JSON value starting exactly at *index*
+# (no whitespace skipped); raises StopIteration when there is none there.
+scan_value: Any = getattr(_DECODER, "scan_once")  # noqa: B009 - untyped attribute
 
 
 def loads_strict(text: str) -> Any:
@@ -61,12 +75,21 @@ def loads_strict(text: str) -> Any:
         ValueError, RecursionError: the caller maps these to its own error.
     """
     try:
-        value, end = _SCAN_ONCE(text, 0)
+        value, end = scan_value(text, 0)
     except StopIteration as exc:
         raise ValueError("not JSON") from exc
     if end != len(text):
         raise ValueError("trailing data after JSON value")
     return value
+
+
+def _unencodable(exc: BaseException | None) -> EvidenceError:
+    why = f" ({type(exc).__name__})" if exc is not None else " (tuple, non-str key, ...)"
+    return EvidenceError(
+        f"value is not encodable as canonical JSON{why}",
+        op="encode",
+        reason=EvidenceReason.UNENCODABLE,
+    )
 
 
 def canonical_json(value: Any) -> bytes:
@@ -84,39 +107,28 @@ def canonical_json(value: Any) -> bytes:
     """
     try:
         return encode_str(value).encode("utf-8")
-    except (TypeError, ValueError, RecursionError) as exc:
-        raise EvidenceError(
-            f"value is not encodable as canonical JSON ({type(exc).__name__})",
-            op="encode",
-            reason=EvidenceReason.UNENCODABLE,
-        ) from exc
+    except ENCODE_ERRORS as exc:  # UnicodeEncodeError is a ValueError
+        raise _unencodable(exc) from exc
 
 
-def encode_data(data: Any) -> tuple[str, Any]:
-    """Encode *data* canonically and return (JSON text, an independent parsed copy).
+def encode_data(data: Any) -> tuple[bytes, Any]:
+    """Encode *data* canonically and return (its UTF-8 bytes, an independent parsed copy).
 
     Guarantee: the copy is exactly what a reader of the log will see — *data* is
     refused unless it survives the round trip unchanged (so a tuple, a non-``str`` key
-    or a ``bool`` key is refused rather than silently rewritten). The text may still
-    hold a lone surrogate; encoding it to UTF-8 (``build_line``) refuses that.
+    or a ``bool`` key is refused rather than silently rewritten), and unless its text is
+    valid Unicode (no lone surrogate).
 
     Raises:
         EvidenceError: reason UNENCODABLE.
     """
     try:
         text = encode_str(data)
-        copy = loads_strict(text)
-        same = bool(copy == data)  # tuple != list, {1: x} != {"1": x}: refused
-    except (TypeError, ValueError, RecursionError) as exc:
-        raise EvidenceError(
-            f"value is not encodable as canonical JSON ({type(exc).__name__})",
-            op="encode",
-            reason=EvidenceReason.UNENCODABLE,
-        ) from exc
+        copy, end = scan_value(text, 0)  # our encoder's output: one JSON value
+        same = end == len(text) and bool(copy == data)  # tuple != list, {1: x} != {"1": x}
+        raw = text.encode("utf-8")  # a lone surrogate: UnicodeEncodeError
+    except (*ENCODE_ERRORS, StopIteration) as exc:
+        raise _unencodable(exc) from exc
     if not same:
-        raise EvidenceError(
-            "value does not round-trip through canonical JSON (tuple, non-str key, ...)",
-            op="encode",
-            reason=EvidenceReason.UNENCODABLE,
-        )
-    return text, copy
+        raise _unencodable(None)
+    return raw, copy

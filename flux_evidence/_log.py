@@ -47,6 +47,8 @@ class EvidenceLog(LogBase):
         super().__init__(clock=_clock)
         self._fd = _fd
         self._fsync = _fsync
+        self._always = _fsync == "always"
+        self._group_commit = _fsync == "batch"
         self._failed = False
         self._size = 0  # bytes of complete lines in the file
         # group commit state (batch mode)
@@ -114,7 +116,7 @@ class EvidenceLog(LogBase):
                 op="open",
                 reason=EvidenceReason.BAD_ARGUMENT,
             )
-        self._adopt(result.records)
+        self._adopt(result.records, result.leaves)
         self._size = result.complete_len
         self._readonly = readonly
         if readonly:
@@ -149,12 +151,14 @@ class EvidenceLog(LogBase):
                 "an earlier write or fsync failed", op="append", reason=EvidenceReason.FAILED
             )
         try:
-            write_all(self._fd, line)
+            written = os.write(self._fd, line)
+            if written != len(line):  # short only on ENOSPC/EFBIG & co.: finish or raise
+                write_all(self._fd, line[written:])
         except OSError as exc:
             self._undo_partial()
             raise _io("append", exc) from exc
         self._size += len(line)
-        if self._fsync == "always":
+        if self._always:
             self._fsync_now("append")
         self._written_seq = seq
 
@@ -173,22 +177,16 @@ class EvidenceLog(LogBase):
             raise _io(op, exc) from exc
 
     def _begin_append(self) -> None:
-        if self._fsync == "batch":
-            with self._sync_cond:
-                self._in_flight += 1
+        with self._sync_cond:
+            self._in_flight += 1
 
     def _end_write(self) -> None:
-        if self._fsync == "batch":
-            with self._sync_cond:
-                self._in_flight -= 1
-                if self._in_flight == 0:
-                    self._drained.notify_all()
+        with self._sync_cond:
+            self._in_flight -= 1
+            if self._in_flight == 0:
+                self._drained.notify_all()
 
     def _after_commit(self, seq: int) -> None:
-        if self._fsync == "batch":
-            self._sync_until(seq)
-
-    def _sync_until(self, seq: int) -> None:
         """Group commit: return once *seq* is durable; one thread fsyncs for all."""
         cond = self._sync_cond
         with cond:

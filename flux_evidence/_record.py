@@ -44,7 +44,6 @@ MAX_LABEL_CHARS = 1024
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _GENESIS_DOMAIN = b"flux-evidence/v1/genesis\x00"
-_HASH_FIELD = b',"hash":"'
 
 
 def genesis_hash(log_id: str) -> str:
@@ -124,64 +123,128 @@ def is_hex64(value: object) -> bool:
     return type(value) is str and _HEX64.fullmatch(value) is not None
 
 
-def _unencodable(what: str) -> EvidenceError:
-    return EvidenceError(what, op="append", reason=EvidenceReason.UNENCODABLE)
+# Frozen dataclass __init__ goes through object.__setattr__ per field; on the append and
+# scan hot paths records are built by the slot descriptors directly (same result).
+_new = object.__new__
+_SLOT_SETTERS = tuple(getattr(Record, name).__set__ for name in Record.__slots__)
+assert Record.__slots__ == (
+    "version", "seq", "ts", "kind", "session", "turn", "actor", "data", "prev_hash", "hash"
+)  # fmt: skip
 
 
-def _label(value: str | None, what: str) -> str:
-    if value is None:
-        return "null"
-    if type(value) is not str or len(value) > MAX_LABEL_CHARS:
-        raise _unencodable(f"{what} must be None or a str of at most {MAX_LABEL_CHARS} chars")
-    return encode_label(value)
-
-
-def build_line(
-    *,
-    prev_hash: str,
+def make_record(  # noqa: PLR0917 - per-record hot path: positional call
     seq: int,
     ts: int,
     kind: str,
     session: str | None,
     turn: int | None,
     actor: str | None,
-    data_text: str,
-) -> tuple[bytes, str, bytes]:
-    """Return (the full line with its ``\\n``, the record hash in hex and raw).
+    data: Any,
+    prev_hash: str,
+    record_hash: str,
+) -> Record:
+    """``Record(FORMAT_VERSION, ...)`` without the frozen-``__init__`` overhead."""
+    record: Record = _new(Record)
+    s_version, s_seq, s_ts, s_kind, s_session, s_turn, s_actor, s_data, s_prev, s_hash = (
+        _SLOT_SETTERS
+    )
+    s_version(record, FORMAT_VERSION)
+    s_seq(record, seq)
+    s_ts(record, ts)
+    s_kind(record, kind)
+    s_session(record, session)
+    s_turn(record, turn)
+    s_actor(record, actor)
+    s_data(record, data)
+    s_prev(record, prev_hash)
+    s_hash(record, record_hash)
+    return record
+
+
+def _unencodable(what: str) -> EvidenceError:
+    return EvidenceError(what, op="append", reason=EvidenceReason.UNENCODABLE)
+
+
+# Encoded labels (kind/session/actor) by value: agents repeat a handful of them. Bounded
+# so that callers using unbounded distinct labels cannot grow it without limit.
+_LABEL_CACHE: dict[str, bytes] = {}
+_LABEL_CACHE_MAX = 4096
+
+
+def _label(value: str | None, what: str) -> bytes:
+    """The canonical JSON bytes of a label (None or a str of bounded length)."""
+    if value is None:
+        return b"null"
+    if type(value) is str:
+        cached = _LABEL_CACHE.get(value)
+        if cached is not None:
+            return cached
+        if len(value) <= MAX_LABEL_CHARS:
+            try:
+                encoded = encode_label(value).encode("utf-8")
+            except UnicodeEncodeError as exc:  # a lone surrogate
+                raise _unencodable(f"{what} is not valid Unicode") from exc
+            if len(_LABEL_CACHE) >= _LABEL_CACHE_MAX:
+                _LABEL_CACHE.clear()
+            _LABEL_CACHE[value] = encoded
+            return encoded
+    raise _unencodable(f"{what} must be None or a str of at most {MAX_LABEL_CHARS} chars")
+
+
+# The envelope after "data", in canonical key order, with the "hash" field left out.
+_TAIL = (
+    b',"kind":%b,"prev_hash":"%b","seq":%d,"session":%b,"ts":%d,"turn":%b,"version":'
+    + str(FORMAT_VERSION).encode()
+    + b"}"
+)
+
+
+def build_line(  # noqa: PLR0917 - per-record hot path: positional call
+    prev_raw: bytes,
+    prev_hex: bytes,
+    seq: int,
+    ts: int,
+    kind: str,
+    session: str | None,
+    turn: int | None,
+    actor: str | None,
+    data: bytes,
+) -> tuple[bytes, bytes, str]:
+    """Return (the full line with its ``\\n``, the record hash raw and in hex).
 
     The canonical encoding is assembled from canonical pieces in sorted key order (the
-    same bytes as ``canonical_json`` of the whole object — a test holds it to that).
-    *data_text* must already be canonical JSON text (see ``encode_data``).
+    same bytes as ``canonical_json`` of the whole object — a test holds it to that);
+    the hash is one sha256 over ``prev_raw`` and the line without its ``hash`` field.
+    *data* must already be canonical JSON bytes (see ``encode_data``); *prev_hex* is
+    *prev_raw* in lowercase hex.
 
     Raises:
         EvidenceError: reason UNENCODABLE for a bad field (wrong type, empty kind, lone
             surrogate, an int beyond the digit limit), TOO_LARGE over MAX_LINE_BYTES.
     """
-    if type(kind) is not str or not kind or len(kind) > MAX_LABEL_CHARS:
+    if type(kind) is not str or not kind:
         raise _unencodable(f"kind must be a non-empty str of at most {MAX_LABEL_CHARS} chars")
     if type(seq) is not int or type(ts) is not int:
         raise _unencodable("seq and ts must be int")
     if turn is not None and type(turn) is not int:
         raise _unencodable("turn must be None or an int")
     try:
-        head = f'{{"actor":{_label(actor, "actor")},"data":{data_text}'.encode()
-        tail = (
-            f',"kind":{encode_label(kind)},"prev_hash":"{prev_hash}","seq":{seq}'
-            f',"session":{_label(session, "session")},"ts":{ts}'
-            f',"turn":{"null" if turn is None else turn},"version":1}}'
-        ).encode()
-    except UnicodeEncodeError as exc:  # a lone surrogate
-        raise _unencodable("a field is not valid Unicode") from exc
+        head = b'{"actor":%b,"data":%b' % (_label(actor, "actor"), data)
+        tail = _TAIL % (
+            _label(kind, "kind"),
+            prev_hex,
+            seq,
+            _label(session, "session"),
+            ts,
+            b"null" if turn is None else b"%d" % turn,
+        )
     except ValueError as exc:  # an int beyond the interpreter's int/str digit limit
         raise _unencodable("an integer field is too large") from exc
-    digest = hashlib.sha256(bytes.fromhex(prev_hash))
-    digest.update(head)
-    digest.update(tail)
-    raw_hash = digest.digest()
+    raw_hash = hashlib.sha256(prev_raw + head + tail).digest()
     record_hash = raw_hash.hex()
-    line = b"".join((head, _HASH_FIELD, record_hash.encode(), b'"', tail, b"\n"))
+    line = b'%b,"hash":"%b"%b\n' % (head, record_hash.encode(), tail)
     if len(line) > MAX_LINE_BYTES:
         raise EvidenceError(
             f"record exceeds {MAX_LINE_BYTES} bytes", op="append", reason=EvidenceReason.TOO_LARGE
         )
-    return line, record_hash, raw_hash
+    return line, raw_hash, record_hash

@@ -7,7 +7,9 @@ A line is checked against the exact grammar of a canonical record — the envelo
 anchored regular expression (canonical string escapes, canonical integers, the fixed
 key order), the ``data`` value by parsing and re-encoding it — which accepts exactly the
 bytes ``canonical_json`` produces for a record, and is faster than re-encoding the
-whole object (a test holds the two to the same answers).
+whole object (a test holds the two to the same answers). Lines are split once, each
+record is hashed with one sha256 call, and the two hash fields are compared with hex
+digests the scan computed (and checked as hex only when they differ).
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
-from ._canonical import encode_str, loads_strict
+from ._canonical import ENCODE_ERRORS, encode_str, loads_strict, scan_value
 from ._exceptions import InvalidEvidenceError, TamperReason
 from ._record import (
     EMPTY_HASH,
@@ -26,9 +29,11 @@ from ._record import (
     Head,
     Record,
     genesis_hash,
+    is_hex64,
+    make_record,
 )
 
-__all__ = ["Parsed", "ScanResult", "parse_line", "scan"]
+__all__ = ["ScanResult", "parse_line", "scan"]
 
 # A JSON string exactly as the canonical encoder writes it (UTF-8 kept, only '"', '\',
 # and control characters escaped; the short escapes where JSON has them; else \u00xx).
@@ -38,12 +43,14 @@ _STR = r'"(?:[^"\\\x00-\x1f]++|\\["\\bfnrt]|\\u00(?:0[0-7bef]|1[0-9a-f]))*+"'
 _UINT = r"(?:0|[1-9][0-9]{0,4299})"
 _INT = r"-?" + _UINT
 # The envelope, in canonical key order, split at the top-level "hash" key: the part
-# before "data" and the part from "hash" on (only scalars follow "data").
+# before "data" and the part from "hash" on (only scalars follow "data"). The two hash
+# fields are matched as any 64 characters but a quote: the scan compares them with
+# sha256 hex digests, and checks them as lowercase hex only when they differ.
 _PREFIX = re.compile(r'\{"actor":(?P<actor>null|' + _STR + r'),"data":')
 _SUFFIX = re.compile(
-    r',"hash":"(?P<hash>[0-9a-f]{64})"'
+    r',"hash":"(?P<hash>[^"]{64})"'
     r',"kind":(?P<kind>' + _STR + r")"
-    r',"prev_hash":"(?P<prev>[0-9a-f]{64})"'
+    r',"prev_hash":"(?P<prev>[^"]{64})"'
     r',"seq":(?P<seq>' + _UINT + r")"
     r',"session":(?P<session>null|' + _STR + r")"
     r',"ts":(?P<ts>' + _INT + r")"
@@ -53,6 +60,7 @@ _SUFFIX = re.compile(
 _HASH_KEY = ',"hash":"'
 _HASH_FIELD = b',"hash":"'
 _HASH_FIELD_LEN = len(_HASH_FIELD) + 64 + 1  # ,"hash":"<64 hex>"
+_GENESIS_KIND_JSON = '"' + GENESIS_KIND + '"'
 
 
 @dataclass(slots=True)
@@ -60,6 +68,7 @@ class ScanResult:
     """What a successful scan found."""
 
     hashes: list[str] = field(default_factory=list)
+    leaves: list[bytes] = field(default_factory=list)  # the same hashes, raw
     records: list[Record] = field(default_factory=list)
     complete_len: int = 0  # bytes up to and including the last complete line's newline
     torn_bytes: int = 0  # bytes after it (a last line without its newline)
@@ -70,17 +79,20 @@ class ScanResult:
         return Head(len(self.hashes), self.hashes[-1] if self.hashes else EMPTY_HASH)
 
 
-# (prefix match, suffix match, data JSON text) of a canonical line.
-Parsed = tuple["re.Match[str]", "re.Match[str]", str]
+# (prefix match, suffix match, parsed data) of a line whose envelope and data are
+# canonical; its two hash fields are not yet known to be hex.
+_Matched = tuple["re.Match[str]", "re.Match[str]", Any]
 
 
-def parse_line(line: bytes) -> Parsed | None:
-    """Return the fields of a canonical record line (without its newline), or None.
+def _match(line: bytes) -> _Matched | None:
+    """The fields of *line* (without its newline) if it is canonical but for the hex of
+    its hash fields, else None.
 
-    Accepts exactly the bytes ``canonical_json`` writes for a record: the top-level
-    ``"hash"`` key is the last ``,"hash":"`` in the line (a later one would have to sit
-    inside a string, where quotes are escaped), the suffix from it is matched exactly,
-    the prefix up to ``data`` too, and ``data`` is parsed and re-encoded.
+    The top-level ``"hash"`` key is the last ``,"hash":"`` in the line (a later one would
+    have to sit inside a string, where quotes are escaped); the suffix from it is
+    matched exactly, the prefix up to ``data`` too, and ``data`` must be the canonical
+    encoding of what it parses to (whitespace, escapes, key order, duplicate keys,
+    number forms, NaN/Infinity all rule a line out).
     """
     if len(line) > MAX_LINE_BYTES:
         return None
@@ -95,53 +107,64 @@ def parse_line(line: bytes) -> Parsed | None:
     prefix = _PREFIX.match(text)
     if suffix is None or prefix is None or prefix.end() > cut:
         return None
-    data = text[prefix.end() : cut]
-    try:
-        if encode_str(loads_strict(data)) != data:
-            return None  # data not canonical (whitespace, escapes, key order, dup keys)
-    except (TypeError, ValueError, RecursionError):
+    data_text = text[prefix.end() : cut]
+    try:  # canonical: exactly the encoding of what it parses to
+        data, end = scan_value(data_text, 0)
+        if end != len(data_text) or encode_str(data) != data_text:
+            return None
+    except (StopIteration, *ENCODE_ERRORS):
         return None
     return prefix, suffix, data
 
 
+def parse_line(line: bytes) -> _Matched | None:
+    """Return the fields of a canonical record line (without its newline), or None.
+
+    Accepts exactly the bytes ``canonical_json`` writes for a record (a test holds it to
+    a ``json``-module oracle).
+    """
+    matched = _match(line)
+    if matched is None or not (
+        is_hex64(matched[1].group("hash")) and is_hex64(matched[1].group("prev"))
+    ):
+        return None
+    return matched
+
+
 def _label(text: str) -> str | None:
+    """The value of a canonical JSON string or null (as matched by ``_STR``)."""
     if text == "null":
         return None
+    if "\\" not in text:
+        return text[1:-1]  # nothing escaped: the characters between the quotes
     value: str = loads_strict(text)
     return value
 
 
-def _record(p: Parsed) -> Record:
-    prefix, suffix, data = p
+def _record(matched: _Matched) -> Record:
+    prefix, suffix, data = matched
     g = suffix.group
     turn = g("turn")
-    return Record(
-        version=FORMAT_VERSION,
-        seq=int(g("seq")),
-        ts=int(g("ts")),
-        kind=loads_strict(g("kind")),
-        session=_label(g("session")),
-        turn=None if turn == "null" else int(turn),
-        actor=_label(prefix.group("actor")),
-        data=loads_strict(data),
-        prev_hash=g("prev"),
-        hash=g("hash"),
+    return make_record(
+        int(g("seq")),
+        int(g("ts")),
+        _label(g("kind")) or "",
+        _label(g("session")),
+        None if turn == "null" else int(turn),
+        _label(prefix.group("actor")),
+        data,
+        g("prev"),
+        g("hash"),
     )
 
 
-def _later_seqs(buf: bytes, pos: int) -> set[int]:
-    """Seq fields of the complete lines from *pos* on (unparseable lines skipped)."""
-    out: set[int] = set()
-    for line in buf[pos:].split(b"\n")[:-1]:
+def _classify(later_lines: list[bytes], position: int, found_seq: int) -> TamperReason:
+    """Name what happened at the first record whose seq or link is wrong."""
+    later: set[int] = set()  # seq fields of the later lines (unparseable ones skipped)
+    for line in later_lines:
         parsed = parse_line(line)
         if parsed is not None:
-            out.add(int(parsed[1].group("seq")))
-    return out
-
-
-def _classify(buf: bytes, next_pos: int, position: int, found_seq: int) -> TamperReason:
-    """Name what happened at the first record whose seq or link is wrong."""
-    later = _later_seqs(buf, next_pos)
+            later.add(int(parsed[1].group("seq")))
     if found_seq < position:
         return TamperReason.INSERTED  # a seq we already passed: a copy or forged extra
     if found_seq == position:
@@ -151,18 +174,14 @@ def _classify(buf: bytes, next_pos: int, position: int, found_seq: int) -> Tampe
     return TamperReason.DELETED
 
 
-def _genesis_log_id(p: Parsed) -> str | None:
-    """The log id of a well-formed genesis record, else None."""
-    if loads_strict(p[1].group("kind")) != GENESIS_KIND:
+def _genesis_log_id(kind: str, data: Any) -> str | None:
+    """The log id of a well-formed genesis record (kind as JSON text), else None."""
+    if kind != _GENESIS_KIND_JSON:
         return None
-    data = loads_strict(p[2])
     if type(data) is not dict or data.keys() != {"log_id"} or type(data["log_id"]) is not str:
         return None
     log_id: str = data["log_id"]
     return log_id
-
-
-_GENESIS_KIND_JSON = '"' + GENESIS_KIND + '"'
 
 
 def scan(buf: bytes, *, keep_records: bool = False, expect_head: Head | None = None) -> ScanResult:
@@ -181,47 +200,51 @@ def scan(buf: bytes, *, keep_records: bool = False, expect_head: Head | None = N
     """
     result = ScanResult()
     hashes = result.hashes
+    leaves = result.leaves
     records = result.records
     sha256 = hashlib.sha256
-    fromhex = bytes.fromhex
-    prev = ""
-    pos = 0
-    position = 0
-    end = len(buf)
-    while pos < end:
-        nl = buf.find(b"\n", pos)
-        if nl < 0:
-            result.torn_bytes = end - pos
-            break
-        line = buf[pos:nl]
-        p = parse_line(line)
-        if p is None:
+    lines = buf.split(b"\n")
+    torn = lines.pop()  # after the last newline: b"" or a torn append
+    prev = ""  # hex hash the next record must name as prev_hash ("": none yet)
+    prev_raw = b""
+    for position, line in enumerate(lines):
+        matched = _match(line)
+        if matched is None:
             raise InvalidEvidenceError(TamperReason.BAD_JSON, seq=position)
-        record_hash, record_prev, record_seq, record_kind = p[1].group(
+        record_hash, record_prev, record_seq, record_kind = matched[1].group(
             "hash", "prev", "seq", "kind"
         )
-        digest = sha256(fromhex(record_prev))
-        cut = line.rfind(_HASH_FIELD)  # the same top-level field parse_line found
-        digest.update(line[:cut])
-        digest.update(line[cut + _HASH_FIELD_LEN :])
-        if digest.hexdigest() != record_hash:
-            raise InvalidEvidenceError(TamperReason.MODIFIED, seq=position)
+        if record_prev == prev:  # the usual case: the link is right, and known to be hex
+            link = prev_raw
+        elif is_hex64(record_prev):
+            link = bytes.fromhex(record_prev)
+        else:
+            raise InvalidEvidenceError(TamperReason.BAD_JSON, seq=position)
+        cut = line.rfind(_HASH_FIELD)  # the same top-level field _match found
+        raw = sha256(link + line[:cut] + line[cut + _HASH_FIELD_LEN :]).digest()
+        computed = raw.hex()
+        if computed != record_hash:
+            bad_hex = not is_hex64(record_hash)
+            raise InvalidEvidenceError(
+                TamperReason.BAD_JSON if bad_hex else TamperReason.MODIFIED, seq=position
+            )
         if position == 0:
-            result.log_id = _genesis_log_id(p)
+            result.log_id = _genesis_log_id(record_kind, matched[2])
             # A first line that is no genesis record chains to nothing ("").
             prev = "" if result.log_id is None else genesis_hash(result.log_id)
         elif record_kind == _GENESIS_KIND_JSON:
             raise InvalidEvidenceError(TamperReason.INSERTED, seq=position)
         if record_prev != prev or record_seq != str(position):
-            reason = _classify(buf, nl + 1, position, int(record_seq))
+            reason = _classify(lines[position + 1 :], position, int(record_seq))
             raise InvalidEvidenceError(reason, seq=position)
-        prev = record_hash
-        hashes.append(prev)
+        prev = computed
+        prev_raw = raw
+        hashes.append(computed)
+        leaves.append(raw)
         if keep_records:
-            records.append(_record(p))
-        position += 1
-        pos = nl + 1
-    result.complete_len = pos if result.torn_bytes == 0 else end - result.torn_bytes
+            records.append(_record(matched))
+    result.torn_bytes = len(torn)
+    result.complete_len = len(buf) - len(torn)
     if expect_head is not None:
         if expect_head.size > len(hashes):
             raise InvalidEvidenceError(TamperReason.TRUNCATED, seq=len(hashes))

@@ -47,7 +47,7 @@ def verify_bytes(
         size = len(result.hashes)
         if checkpoint.size > size:
             raise InvalidEvidenceError(TamperReason.TRUNCATED, seq=size)
-        leaves = [leaf_hash(bytes.fromhex(h)) for h in result.hashes[: checkpoint.size]]
+        leaves = [leaf_hash(h) for h in result.leaves[: checkpoint.size]]
         if checkpoint.log_id != (log_id or "") and checkpoint.size > 0:
             raise InvalidEvidenceError(TamperReason.BAD_CHAIN, seq=0)
         if _mth(leaves).hex() != checkpoint.root:
