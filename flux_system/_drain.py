@@ -92,17 +92,44 @@ class _Lines:
             self._pending = b""
 
 
-class Capture:
-    """One output stream of a run: the first ``cap`` bytes kept, the rest counted."""
+class _Stream:
+    """What both buffers share: the cap, the drop count, the observer, one read."""
 
-    __slots__ = ("_buf", "_grown", "_lines", "cap", "dropped")
+    __slots__ = ("_grown", "_lines", "cap", "dropped")
 
     def __init__(self, name: str, cap: int, observer: LineObserver | None) -> None:
         self.cap = cap
         self._grown = False
-        self._buf = bytearray()
         self.dropped = 0
         self._lines = _Lines(name, observer) if observer is not None else None
+
+    def _read(self, fd: int) -> bytes | None:
+        """One read of *fd*: ``None`` when nothing is there now, ``b""`` at EOF."""
+        try:
+            data = os.read(fd, CHUNK)
+        except BlockingIOError:
+            return None
+        if not data:
+            if self._lines is not None:
+                self._lines.flush()
+            return data
+        self._maybe_grow(fd, len(data))
+        return data
+
+    def _maybe_grow(self, fd: int, n: int) -> None:
+        if n >= _PIPE_DEFAULT and not self._grown:
+            self._grown = True
+            grow_pipe(fd)
+
+
+class Capture(_Stream):
+    """One output stream of a run: the first ``cap`` bytes kept, the rest counted."""
+
+    __slots__ = ("_buf",)
+
+    def __init__(self, name: str, cap: int, observer: LineObserver | None) -> None:
+        super().__init__(name, cap, observer)
+        self._buf = bytearray()
 
     @property
     def data(self) -> bytes:
@@ -125,55 +152,41 @@ class Capture:
 
     def read_from(self, fd: int) -> bool:
         """Read what is available on *fd*; return ``False`` at EOF."""
-        try:
-            if len(self._buf) >= self.cap and self._lines is None:
+        if len(self._buf) >= self.cap and self._lines is None:
+            try:
                 n = os.splice(fd, devnull(), CHUNK)
-                self.dropped += n
-                if n >= _PIPE_DEFAULT and not self._grown:
-                    self._grown = True
-                    grow_pipe(fd)
-                return n > 0
-            data = os.read(fd, CHUNK)
-        except BlockingIOError:
+            except BlockingIOError:
+                return True
+            self.dropped += n
+            self._maybe_grow(fd, n)
+            return n > 0
+        data = self._read(fd)
+        if data is None:
             return True
         if not data:
-            if self._lines is not None:
-                self._lines.flush()
             return False
-        if len(data) >= _PIPE_DEFAULT and not self._grown:
-            self._grown = True
-            grow_pipe(fd)
         self.accept(data)
         return True
 
 
 @typing.final
-class Ring:
+class Ring(_Stream):
     """A background child's bounded buffer: keeps the newest ``cap`` bytes."""
 
-    __slots__ = ("_chunks", "_grown", "_lines", "_size", "cap", "dropped")
+    __slots__ = ("_chunks", "_size")
 
     def __init__(self, name: str, cap: int, observer: LineObserver | None) -> None:
-        self.cap = cap
-        self._grown = False
+        super().__init__(name, cap, observer)
         self._chunks: collections.deque[bytes] = collections.deque()
         self._size = 0
-        self.dropped = 0
-        self._lines = _Lines(name, observer) if observer is not None else None
 
     def read_from(self, fd: int) -> bool:
         """Read what is available on *fd*; return ``False`` at EOF."""
-        try:
-            data = os.read(fd, CHUNK)
-        except BlockingIOError:
+        data = self._read(fd)
+        if data is None:
             return True
         if not data:
-            if self._lines is not None:
-                self._lines.flush()
             return False
-        if len(data) >= _PIPE_DEFAULT and not self._grown:
-            self._grown = True
-            grow_pipe(fd)
         if self._lines is not None:
             self._lines.feed(data)
         self.accept(data)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import math
 import threading
 import time
 import typing
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 from flux_system._cgroup import CgroupPool, remove_leftovers
 from flux_system._child import ManagedChild
@@ -204,15 +205,75 @@ class System:
             tree_contained=sess.sp.tree.contained,
         )
 
-    def _timeout_error(self, sess: Session, out: Capture, err: Capture, timeout: float) -> None:
-        raise ProcessTimeoutError(
-            f"timed out after {timeout} s",
-            op="run",
-            target=sess.sp.target,
-            timeout=timeout,
-            stdout=out.data,
-            stderr=err.data,
-        )
+    @contextlib.contextmanager
+    def _running(
+        self,
+        argv: object,
+        *,
+        env: Mapping[str, str] | None,
+        data: bytes | None,
+        cwd: str,
+        limits: Limits | None,
+        observer: LineObserver | None,
+    ) -> Iterator[tuple[Session, Capture, Capture]]:
+        """Admit and start one run; on any exception kill and reap its tree, then raise.
+
+        Shared by :meth:`run` and :meth:`arun`. The slot and the live entry are given
+        back whatever happens; a ``close()`` that ran after admission is honoured here.
+        """
+        sp = self._start(argv, env, data, cwd, limits)
+        sess: Session | None = None
+        key = 0
+        try:
+            out = Capture("stdout", self._cap, observer)
+            err = Capture("stderr", self._cap, observer)
+            sess = Session(sp, data, out, err)
+            key = id(sess)
+            with self._lock:
+                self._live[key] = sess
+                closed = self._closed  # close() ran after admission: it could not see sess
+            if closed:
+                raise ProcessError("System is closed", op="run", reason=ProcessReason.CLOSED)
+            yield sess, out, err
+        except BaseException:
+            if sess is None:  # interrupted before the session existed: the same cleanup
+                sess = Session(sp, None, Capture("stdout", 0, None), Capture("stderr", 0, None))
+            sess.kill()
+            sess.finish()
+            raise
+        finally:
+            with self._lock:
+                self._live.pop(key, None)
+            self._release()
+
+    @staticmethod
+    def _conclude(sess: Session, finished: bool) -> int:
+        """After the driver: on timeout kill the tree and collect what is left; reap."""
+        if not finished:
+            sess.kill()
+            sess.drain_after_kill()
+        return sess.finish()
+
+    def _outcome(
+        self,
+        sess: Session,
+        out: Capture,
+        err: Capture,
+        code: int,
+        *,
+        t0: float,
+        timed_out_after: float | None,
+    ) -> RunResult:
+        if timed_out_after is not None:
+            raise ProcessTimeoutError(
+                f"timed out after {timed_out_after} s",
+                op="run",
+                target=sess.sp.target,
+                timeout=timed_out_after,
+                stdout=out.data,
+                stderr=err.data,
+            )
+        return self._result(sess, out, err, code, t0)
 
     def run(
         self,
@@ -249,35 +310,12 @@ class System:
         timeout = _check_timeout(timeout)
         data = _check_stdin(stdin)
         t0 = time.monotonic()
-        sp = self._start(argv, env, data, cwd, limits)
-        out = Capture("stdout", self._cap, observer)
-        err = Capture("stderr", self._cap, observer)
-        sess = Session(sp, data, out, err)
-        key = id(sess)
-        with self._lock:
-            self._live[key] = sess
-            closed = self._closed  # close() ran after admission: it could not see sess
-        try:
-            if closed:
-                raise ProcessError("System is closed", op="run", reason=ProcessReason.CLOSED)
-            deadline = None if timeout is None else t0 + timeout
-            finished = drive_sync(sess, deadline)
-            if not finished:
-                sess.kill()
-                sess.drain_after_kill()
-            code = sess.finish()
-        except BaseException:
-            sess.kill()
-            sess.finish()
-            raise
-        finally:
-            with self._lock:
-                self._live.pop(key, None)
-            self._release()
-        if not finished:
-            assert timeout is not None
-            self._timeout_error(sess, out, err, timeout)
-        return self._result(sess, out, err, code, t0)
+        run = self._running(argv, env=env, data=data, cwd=cwd, limits=limits, observer=observer)
+        with run as (sess, out, err):
+            finished = drive_sync(sess, None if timeout is None else t0 + timeout)
+            code = self._conclude(sess, finished)
+        timed_out_after = None if finished else timeout
+        return self._outcome(sess, out, err, code, t0=t0, timed_out_after=timed_out_after)
 
     async def arun(
         self,
@@ -298,34 +336,12 @@ class System:
         timeout = _check_timeout(timeout)
         data = _check_stdin(stdin)
         t0 = time.monotonic()
-        sp = self._start(argv, env, data, cwd, limits)
-        out = Capture("stdout", self._cap, observer)
-        err = Capture("stderr", self._cap, observer)
-        sess = Session(sp, data, out, err)
-        key = id(sess)
-        with self._lock:
-            self._live[key] = sess
-            closed = self._closed  # close() ran after admission: it could not see sess
-        try:
-            if closed:
-                raise ProcessError("System is closed", op="run", reason=ProcessReason.CLOSED)
+        run = self._running(argv, env=env, data=data, cwd=cwd, limits=limits, observer=observer)
+        with run as (sess, out, err):
             finished = await drive_async(sess, timeout)
-            if not finished:
-                sess.kill()
-                sess.drain_after_kill()
-            code = sess.finish()
-        except BaseException:
-            sess.kill()
-            sess.finish()
-            raise
-        finally:
-            with self._lock:
-                self._live.pop(key, None)
-            self._release()
-        if not finished:
-            assert timeout is not None
-            self._timeout_error(sess, out, err, timeout)
-        return self._result(sess, out, err, code, t0)
+            code = self._conclude(sess, finished)
+        timed_out_after = None if finished else timeout
+        return self._outcome(sess, out, err, code, t0=t0, timed_out_after=timed_out_after)
 
     # -- background ----------------------------------------------------------------------
 
