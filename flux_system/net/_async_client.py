@@ -90,9 +90,13 @@ class GuardedAsyncClient(GuardedClientBase, httpx.AsyncClient):
         for _ in range(MAX_SENDS):
             current, hop_auth = flow.attempt()
             try:
-                response = await super().send(
-                    current, stream=True, auth=hop_auth, follow_redirects=False
-                )
+                if self._direct(hop_auth):  # no auth, no hooks: skip httpx's no-op layers
+                    self._opened()
+                    response = await self._send_single_request(current)
+                else:
+                    response = await super().send(
+                        current, stream=True, auth=hop_auth, follow_redirects=False
+                    )
             except httpx.TimeoutException as exc:
                 flow.timed_out(exc)
                 raise

@@ -106,7 +106,13 @@ class GuardedClient(GuardedClientBase, httpx.Client):
         for _ in range(MAX_SENDS):
             current, hop_auth = flow.attempt()
             try:
-                response = super().send(current, stream=True, auth=hop_auth, follow_redirects=False)
+                if self._direct(hop_auth):  # no auth, no hooks: skip httpx's no-op layers
+                    self._opened()
+                    response = self._send_single_request(current)
+                else:
+                    response = super().send(
+                        current, stream=True, auth=hop_auth, follow_redirects=False
+                    )
             except httpx.TimeoutException as exc:
                 flow.timed_out(exc)
                 raise

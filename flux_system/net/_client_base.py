@@ -58,6 +58,24 @@ class GuardedClientBase(httpx._client.BaseClient):
             parse_url(url, op="request")
         return super().build_request(method, url, **kwargs)
 
+    def _direct(self, auth: Any) -> bool:
+        """True when httpx's auth and event-hook layers would do nothing for a send.
+
+        Then the driver calls ``_send_single_request`` itself: the same transport call,
+        cookie extraction and response wrapping, without the auth-flow generator and
+        httpx's own redirect bookkeeping (we never let httpx follow redirects).
+        """
+        if isinstance(auth, httpx._client.UseClientDefault):
+            auth = self.auth
+        hooks = self.event_hooks
+        return auth is None and not hooks["request"] and not hooks["response"]
+
+    def _opened(self) -> None:
+        """What ``httpx.Client.send`` does first: refuse a closed client, mark it open."""
+        if self.is_closed:
+            raise RuntimeError("Cannot send a request, as the client has been closed.")
+        self._state = httpx._client.ClientState.OPENED
+
     def _flow(self, request: httpx.Request, auth: Any, follow_redirects: Any) -> RequestFlow:
         follow = (
             self.follow_redirects

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime
 from dataclasses import dataclass
-from typing import Final, final
+from typing import Final, cast, final
 
 import httpx
 
@@ -100,25 +100,21 @@ def finish_response(
     history: list[httpx.Response],
     elapsed: datetime.timedelta,
 ) -> GuardedResponse:
-    """Build the :class:`GuardedResponse` for *raw*, whose body has been read as *body*."""
-    raw_headers = raw.headers
+    """Turn *raw*, closed after its body was read as *body*, into a :class:`GuardedResponse`."""
     if decoded or truncated:
         # The body we hand out is decoded and/or cut: describe that body, not the wire.
         drop = _DROP_ON_FINISH if decoded else _DROP_ON_CUT
-        kept = [(k, v) for k, v in raw_headers.multi_items() if k.lower() not in drop]
-        raw_headers = httpx.Headers([*kept, ("Content-Length", str(len(body)))])
-    out = GuardedResponse(
-        status_code=raw.status_code,
-        headers=raw_headers,
-        stream=httpx.ByteStream(body),
-        request=raw.request,
-        extensions=raw.extensions,
-        history=history,
-    )
+        kept = [(k, v) for k, v in raw.headers.multi_items() if k.lower() not in drop]
+        raw.headers = httpx.Headers([*kept, ("Content-Length", str(len(body)))])
+    # *raw* is closed and fully read: re-label it rather than build a second response
+    # (GuardedResponse adds attributes only, no state to httpx.Response's layout).
+    raw.__class__ = GuardedResponse
+    out = cast(GuardedResponse, raw)
+    out.stream = httpx.ByteStream(body)
     # Already decoded and capped: mark it read the way ``Response.read()`` does, so
     # httpx does not run its decoders over the body a second time (~18 µs per call).
     out._content = body
-    out.close()
+    out.history = history
     out.truncated = truncated
     out.waited = waited
     out.retries = retries

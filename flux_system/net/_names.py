@@ -6,6 +6,7 @@ trailing dot — as produced by :func:`flux_system.net._url.normalize_host`.
 
 from __future__ import annotations
 
+import functools
 from typing import Final
 
 __all__ = ["INTERNAL_NAMES", "INTERNAL_SUFFIXES", "is_internal_name", "matches_pattern"]
@@ -58,11 +59,13 @@ def matches_pattern(host: str, pattern: str) -> bool:
     return host == pattern
 
 
+@functools.lru_cache(maxsize=1024)
 def is_internal_name(host: str) -> bool:
     """True for names refused before lookup: listed names, listed suffixes, single labels.
 
     A single-label name (``intranet``, ``instance-data``) is internal: on real hosts it is
-    completed by search domains and resolves inside the network.
+    completed by search domains and resolves inside the network. Memoized (a pure
+    function of the name; at most 1024 names of at most 253 bytes kept).
     """
     if "." not in host or host in INTERNAL_NAMES or host in _SUFFIX_SET:
         return True

@@ -9,7 +9,6 @@ state) means a dial can only use what *this* request vetted, in threads and task
 
 from __future__ import annotations
 
-import contextlib
 import socket
 from collections.abc import Callable, Iterable, Iterator
 from contextvars import ContextVar
@@ -39,9 +38,11 @@ __all__ = [
 @final
 @dataclass(frozen=True, slots=True)
 class Pins:
-    """What one request may dial, and when its deadline expires (monotonic), if any."""
+    """What one request may dial (one host and port), and the time left, if bounded."""
 
-    table: dict[tuple[str, int], tuple[IPv4Address | IPv6Address, ...]]
+    host: str
+    port: int
+    addresses: tuple[IPv4Address | IPv6Address, ...]
     remaining: Callable[[], float] | None = None
 
 
@@ -55,10 +56,9 @@ def pinned_addresses(host: str, port: int) -> tuple[Pins, tuple[IPv4Address | IP
         httpcore.ConnectError: nothing was vetted for that destination here.
     """
     pins = PINS.get()
-    addresses = None if pins is None else pins.table.get((host.lower(), port))
-    if pins is None or not addresses:
+    if pins is None or pins.host != host.lower() or pins.port != port or not pins.addresses:
         raise httpcore.ConnectError(f"no vetted address for {host}:{port} (refused)")
-    return pins, addresses
+    return pins, pins.addresses
 
 
 @final
@@ -186,13 +186,32 @@ def connect_socket(
     return sock
 
 
-@contextlib.contextmanager
-def map_httpcore_errors() -> Iterator[None]:
-    """Translate httpcore's errors to httpx's, as httpx's own transport does."""
-    try:
-        yield
-    except Exception as exc:
+@final
+class _MapErrors:
+    """Translate httpcore's errors to httpx's, as httpx's own transport does.
+
+    A plain class, not ``@contextlib.contextmanager``: it is entered twice per request
+    and holds no state, so one instance serves every ``with``.
+    """
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> None:
+        if exc is None or not isinstance(exc, Exception):
+            return
         for source, target in _ERROR_MAP:
             if isinstance(exc, source):
                 raise target(str(exc)) from exc
-        raise
+
+
+_MAP_ERRORS: Final = _MapErrors()
+
+
+def map_httpcore_errors() -> _MapErrors:
+    """A context manager translating httpcore's errors to httpx's."""
+    return _MAP_ERRORS

@@ -66,12 +66,11 @@ def build_core_request(
             target=host,
             reason=EgressReason.MALFORMED,
         )
-    shown = f"[{host}]" if ":" in host else host
-    default = 443 if target.scheme == "https" else 80
-    host_header = shown if target.port == default else f"{shown}:{target.port}"
-    headers = [(k, v) for k, v in request.headers.raw if k.lower() != b"host"]
-    headers.insert(0, (b"Host", host_header.encode("ascii")))
-    extensions = {k: v for k, v in request.extensions.items() if k != "sni_hostname"}
+    headers = [(b"Host", _host_header(host, target.scheme, target.port))]
+    headers += [kv for kv in request.headers.raw if kv[0].lower() != b"host"]
+    extensions = request.extensions
+    if "sni_hostname" in extensions:
+        extensions = {k: v for k, v in extensions.items() if k != "sni_hostname"}
     timeouts = extensions.get("timeout")
     remaining = timeouts.remaining if isinstance(timeouts, DeadlineTimeouts) else None
     core = httpcore.Request(
@@ -86,7 +85,15 @@ def build_core_request(
         content=request.stream,
         extensions=extensions,
     )
-    return core, Pins({(host, target.port): target.addresses}, remaining)
+    return core, Pins(host, target.port, target.addresses, remaining)
+
+
+@functools.lru_cache(maxsize=256)
+def _host_header(host: str, scheme: str, port: int) -> bytes:
+    # Memoized: a pure function of the guarded destination (at most 256 of them kept).
+    shown = f"[{host}]" if ":" in host else host
+    default = 443 if scheme == "https" else 80
+    return (shown if port == default else f"{shown}:{port}").encode("ascii")
 
 
 class PinningTransport:

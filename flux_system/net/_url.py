@@ -54,12 +54,7 @@ class ParsedURL:
     host: ParsedHost
     port: int
     target: str  # path and query, starting with "/"
-
-    @property
-    def url(self) -> str:
-        shown = f"[{self.host.host}]" if isinstance(self.host.ip, IPv6Address) else self.host.host
-        port = "" if DEFAULT_PORTS[self.scheme] == self.port else f":{self.port}"
-        return f"{self.scheme}://{shown}{port}{self.target}"
+    url: str  # the normalized URL: computed once, as parses are memoized
 
 
 def _deny(reason: EgressReason, why: str, op: str, host: str | None = None) -> EgressDeniedError:
@@ -126,7 +121,10 @@ def _parse_url(url: str, op: str) -> ParsedURL:
     tail = tail.split("#", 1)[0]
     if not tail.startswith("/"):
         tail = "/" + tail
-    return ParsedURL(scheme=scheme, host=host, port=port, target=tail)
+    shown = f"[{host.host}]" if isinstance(host.ip, IPv6Address) else host.host
+    shown_port = "" if DEFAULT_PORTS[scheme] == port else f":{port}"
+    url_text = f"{scheme}://{shown}{shown_port}{tail}"
+    return ParsedURL(scheme=scheme, host=host, port=port, target=tail, url=url_text)
 
 
 def _split_port(authority: str, scheme: str, op: str) -> tuple[str, int]:

@@ -483,3 +483,27 @@ def test_cname_to_an_internal_name_is_refused_even_with_a_public_answer() -> Non
         grant = PrivateNetAllow(hosts=["*.corp.internal"])
         target = guard_url("http://alias.flux.example/", resolver=resolver, allow=grant)
         assert [str(a) for a in target.addresses] == ["93.184.216.34"]
+
+
+# ------------------------------------------------------------------ httpx layers kept
+
+
+def test_event_hooks_auth_and_a_closed_client_behave_as_in_httpx(port: int) -> None:
+    seen: list[str] = []
+    with LoopbackHTTP("127.0.0.1", port, routes={"/": _ok}) as srv:
+        client = _client(port)
+        client.event_hooks = {
+            "request": [lambda r: seen.append(f"request {r.url.path}")],
+            "response": [lambda r: seen.append(f"response {r.status_code}")],
+        }
+        with client:
+            client.get(f"http://a.flux.example:{port}/")
+            client.get(f"http://a.flux.example:{port}/", auth=("u", "p"))
+        with pytest.raises(RuntimeError):
+            client.get(f"http://a.flux.example:{port}/")
+        plain = _client(port)
+        plain.close()
+        with pytest.raises(RuntimeError):
+            plain.get(f"http://a.flux.example:{port}/")
+    assert seen == ["request /", "response 200"] * 2
+    assert "authorization" not in srv.seen[0].headers and "authorization" in srv.seen[1].headers
