@@ -31,13 +31,14 @@ import errno
 import os
 import platform
 import stat
+import typing
 
 from flux_system._exceptions import ConfinementReason, PathEscapeError
 
 __all__ = [
+    "OPENERS",
     "RESOLVERS",
-    "open_beneath",
-    "open_unconfined",
+    "Opener",
     "openat2_available",
 ]
 
@@ -123,36 +124,10 @@ def _escape(op: str, display: str, reason: ConfinementReason, what: str) -> Path
     return PathEscapeError(f"{op}: {what}", op=op, path=display, reason=reason)
 
 
-def open_beneath(
-    resolver: str,
-    rootfd: int,
-    path: bytes,
-    flags: int,
-    mode: int = 0,
-    *,
-    follow: bool = True,
-    op: str,
-    display: str,
-) -> int:
-    """Open *path* beneath *rootfd* and return the new fd (``O_CLOEXEC`` always).
-
-    Guarantee: the object opened lies beneath *rootfd*; no step of the resolution
-    left it. With ``follow=False`` a final symlink is not followed (pass ``O_PATH``
-    to get a handle on the link itself).
-
-    Raises:
-        PathEscapeError: ``ESCAPE``, ``ABSOLUTE_SYMLINK``, ``MAGIC_LINK``,
-            ``SYMLINK_LOOP`` or ``RACE``.
-        OSError: anything else (``ENOENT``, ``ENOTDIR``, ...), for the caller to map.
-    """
-    if resolver == "openat2":
-        return _openat2(rootfd, path, flags, mode, follow=follow, op=op, display=display)
-    return walk_open(rootfd, path, flags, mode, follow=follow, op=op, display=display)
-
-
 def _openat2(
     rootfd: int, path: bytes, flags: int, mode: int, *, follow: bool, op: str, display: str
 ) -> int:
+    """One ``openat2(RESOLVE_BENEATH|RESOLVE_NO_MAGICLINKS)``: see :class:`Opener`."""
     flags |= os.O_CLOEXEC
     if not follow:
         flags |= os.O_NOFOLLOW
@@ -206,7 +181,7 @@ def _on_procfs(fd: int) -> bool:
 def walk_open(
     rootfd: int, path: bytes, flags: int, mode: int, *, follow: bool, op: str, display: str
 ) -> int:
-    """The fallback resolver: see the module docstring. Same contract as :func:`open_beneath`."""
+    """The fallback resolver: see the module docstring. Same contract as :class:`Opener`."""
     pending = path.split(b"/")
     pending.reverse()
     held: list[int] = []  # directories opened so far; ".." pops one, never below the root
@@ -274,9 +249,46 @@ def walk_open(
             os.close(held_fd)
 
 
-def open_unconfined(rootfd: int, path: bytes, flags: int, mode: int, follow: bool) -> int:
+def open_unconfined(
+    rootfd: int, path: bytes, flags: int, mode: int, *, follow: bool, op: str, display: str
+) -> int:
     """``openat`` with host semantics: the ``unconfined=True`` hatch. No confinement at all."""
+    del op, display  # nothing to refuse, so nothing to name
     flags |= os.O_CLOEXEC
     if not follow:
         flags |= os.O_NOFOLLOW
     return os.open(path, flags, mode, dir_fd=rootfd)
+
+
+class Opener(typing.Protocol):
+    """Open *path* beneath *rootfd* and return the new fd (``O_CLOEXEC`` always).
+
+    Guarantee (``openat2`` and ``walk``): the object opened lies beneath *rootfd*; no
+    step of the resolution left it. With ``follow=False`` a final symlink is not
+    followed (pass ``O_PATH`` to get a handle on the link itself). ``unconfined``
+    guarantees nothing.
+
+    Raises:
+        PathEscapeError: ``ESCAPE``, ``ABSOLUTE_SYMLINK``, ``MAGIC_LINK``,
+            ``SYMLINK_LOOP`` or ``RACE``.
+        OSError: anything else (``ENOENT``, ``ENOTDIR``, ...), for the caller to map.
+    """
+
+    def __call__(
+        self,
+        rootfd: int,
+        path: bytes,
+        flags: int,
+        mode: int,
+        *,
+        follow: bool,
+        op: str,
+        display: str,
+    ) -> int: ...
+
+
+OPENERS: dict[str, Opener] = {
+    "openat2": _openat2,
+    "walk": walk_open,
+    "unconfined": open_unconfined,
+}

@@ -192,10 +192,8 @@ class Workspace(Mutations):
         """
         op = "open_read"
         root, rel, display = self._locate(path, op)
-        try:
+        with self._mapped(root, op, display):
             fd, _ = self._open_regular(root, rel, op, display)
-        except OSError as exc:
-            raise self._os_error(exc, root, op, display) from exc
         raw = _ConfinedFile(fd, "rb", closefd=True)
         raw._flux_display = display
         return io.BufferedReader(raw)
@@ -207,10 +205,8 @@ class Workspace(Mutations):
         """
         op = "open_dir"
         root, rel, display = self._locate(path, op)
-        try:
+        with self._mapped(root, op, display):
             return self._open(root, rel, os.O_RDONLY | os.O_DIRECTORY, op=op, display=display)
-        except OSError as exc:
-            raise self._os_error(exc, root, op, display) from exc
 
     # -- queries ----------------------------------------------------------------------
 
@@ -265,14 +261,12 @@ class Workspace(Mutations):
         """
         op = "list_dir"
         root, rel, display = self._locate(path, op)
-        try:
+        with self._mapped(root, op, display):
             fd = self._open(root, rel, LISTABLE, op=op, display=display)
             try:
                 return list_names(fd, bound=_MAX_LIST_ENTRIES, op=op, display=display)
             finally:
                 os.close(fd)
-        except OSError as exc:
-            raise self._os_error(exc, root, op, display) from exc
 
     def walk(
         self, path: str | os.PathLike[str] = ".", *, max_entries: int = _DEFAULT_WALK_ENTRIES
@@ -295,14 +289,12 @@ class Workspace(Mutations):
         root, rel, display = self._locate(path, op)
         trimmed = display.rstrip("/")
         prefix = "" if trimmed in ("", ".") else trimmed + "/"
-        try:
+        with self._mapped(root, op, display):
             fd = self._open(root, rel, LISTABLE, op=op, display=display)
             try:
                 return walk_tree(fd, prefix, max_entries=max_entries, op=op, display=display)
             finally:
                 os.close(fd)
-        except OSError as exc:
-            raise self._os_error(exc, root, op, display) from exc
 
     def resolve(self, path: str | os.PathLike[str]) -> pathlib.Path:
         """The physical absolute path *path* resolves to beneath its root.
@@ -317,7 +309,7 @@ class Workspace(Mutations):
         """
         op = "resolve"
         root, rel, display = self._locate(path, op)
-        try:
+        with self._mapped(root, op, display):
             try:
                 fd = self._open(root, rel, PATH, op=op, display=display)
                 tail = b""
@@ -333,7 +325,5 @@ class Workspace(Mutations):
                 ) from None
             finally:
                 os.close(fd)
-        except OSError as exc:
-            raise self._os_error(exc, root, op, display) from exc
         result = pathlib.Path(where)
         return result / os.fsdecode(tail) if tail else result

@@ -13,7 +13,6 @@ import pathlib
 import stat
 import typing
 from collections.abc import Iterable, Mapping
-from types import TracebackType
 from typing import Self
 
 from flux_system._exceptions import (
@@ -23,7 +22,7 @@ from flux_system._exceptions import (
     workspace_error_from_os,
 )
 from flux_system._pathname import as_text, encode_checked, split_parent
-from flux_system._resolve import RESOLVERS, open_beneath, open_unconfined, openat2_available
+from flux_system._resolve import OPENERS, RESOLVERS, openat2_available
 from flux_system._roots import NamedRoot, Root, open_root, outside_roots, split_abs, unknown_root
 
 __all__ = ["WorkspaceBase", "check_data", "err"]
@@ -84,12 +83,7 @@ class _Mapped:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         if isinstance(exc, OSError):
             raise self.ws._os_error(exc, self.root, self.op, self.display) from exc
 
@@ -126,7 +120,7 @@ class WorkspaceBase:
                 reason=WorkspaceReason.UNSUPPORTED,
             )
         self._resolver = resolver if resolver != "auto" else ("openat2" if has_openat2 else "walk")
-        self._kind = "unconfined" if unconfined else self._resolver
+        self._opener = OPENERS["unconfined" if unconfined else self._resolver]
         self._unconfined = unconfined
         try:
             self._main = self._add(open_root(root, argname="root", label="", writable=True))
@@ -193,12 +187,7 @@ class WorkspaceBase:
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     def __del__(self) -> None:
@@ -259,9 +248,7 @@ class WorkspaceBase:
         fd = root.fd
         if fd < 0:
             raise err(op, display, WorkspaceReason.CLOSED, "workspace is closed")
-        if self._kind == "unconfined":
-            return open_unconfined(fd, rel, flags, mode, follow)
-        return open_beneath(self._kind, fd, rel, flags, mode, follow=follow, op=op, display=display)
+        return self._opener(fd, rel, flags, mode, follow=follow, op=op, display=display)
 
     def _os_error(self, exc: OSError, root: Root, op: str, display: str) -> WorkspaceError:
         if root.fd < 0:

@@ -105,14 +105,12 @@ class Mutations(WorkspaceBase):
         parent, name, trailing = self._final(root, rel, op, display)
         if trailing:
             raise err(op, display, WorkspaceReason.IS_A_DIRECTORY, "path ends with '/'")
-        try:
+        with self._mapped(root, op, display):
             pfd = self._parent_fd(root, parent, create=create_parents, op=op, display=display)
             try:
                 replace_atomically(pfd, name, fill, mode=mode, op=op, display=display)
             finally:
                 os.close(pfd)
-        except OSError as exc:
-            raise self._os_error(exc, root, op, display) from exc
 
     def append_bytes(self, path: str | os.PathLike[str], data: Data) -> None:
         """Append *data* to the regular file *path* (created if missing).
@@ -135,7 +133,7 @@ class Mutations(WorkspaceBase):
         if rel.endswith(b"/"):
             self._final(root, rel, op, display)  # escape or NOT_A_DIRECTORY first
             raise err(op, display, WorkspaceReason.IS_A_DIRECTORY, "path ends with '/'")
-        try:
+        with self._mapped(root, op, display):
             fd = self._open(root, rel, _APPEND, 0o666, op=op, display=display)
             try:
                 st = os.fstat(fd)
@@ -146,8 +144,6 @@ class Mutations(WorkspaceBase):
                 _append_all(fd, payload, st.st_size)
             finally:
                 os.close(fd)
-        except OSError as exc:
-            raise self._os_error(exc, root, op, display) from exc
 
     def copy(
         self,
@@ -165,10 +161,8 @@ class Mutations(WorkspaceBase):
         op = "copy"
         sroot, srel, sdisplay = self._locate(src, op)
         droot, drel, ddisplay = self._locate(dst, op, write=True)
-        try:
+        with self._mapped(sroot, op, sdisplay):
             sfd, _ = self._open_regular(sroot, srel, op, sdisplay)
-        except OSError as exc:
-            raise self._os_error(exc, sroot, op, sdisplay) from exc
         try:
             mode = stat.S_IMODE(os.fstat(sfd).st_mode) & 0o777
             self._replace(
@@ -206,7 +200,7 @@ class Mutations(WorkspaceBase):
         """
         op = "mkdir"
         root, rel, display = self._locate(path, op, write=True)
-        try:
+        with self._mapped(root, op, display):
             parent, name, _ = split_parent(rel)
             if name in (b".", b".."):
                 if self._probe_dir(root, rel, op, display) and exist_ok:
@@ -221,8 +215,6 @@ class Mutations(WorkspaceBase):
                     raise
             finally:
                 os.close(pfd)
-        except OSError as exc:
-            raise self._os_error(exc, root, op, display) from exc
 
     def _probe_dir(self, root: Root, rel: bytes, op: str, display: str) -> bool:
         try:
@@ -249,7 +241,7 @@ class Mutations(WorkspaceBase):
         op = "remove"
         root, rel, display = self._locate(path, op, write=True)
         parent, name, trailing = self._final(root, rel, op, display)
-        try:
+        with self._mapped(root, op, display):
             pfd = self._open(root, parent, DIR, op=op, display=display)
             try:
                 if trailing and not stat.S_ISDIR(
@@ -267,8 +259,6 @@ class Mutations(WorkspaceBase):
                         os.rmdir(name, dir_fd=pfd)
             finally:
                 os.close(pfd)
-        except OSError as exc:
-            raise self._os_error(exc, root, op, display) from exc
 
     def rename(self, src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
         """Rename *src* to *dst* within one root (``renameat``; *dst* is replaced).
@@ -412,7 +402,7 @@ class Mutations(WorkspaceBase):
         if not 0 <= mode <= 0o1777:
             raise ValueError("mode must be within 0o1777 (no setuid/setgid)")
         root, rel, display = self._locate(path, op, write=True)
-        try:
+        with self._mapped(root, op, display):
             fd = self._open(root, rel, PATH, op=op, display=display)
             try:
                 st = os.fstat(fd)
@@ -423,5 +413,3 @@ class Mutations(WorkspaceBase):
                 raise err(op, display, WorkspaceReason.UNSUPPORTED, "/proc not mounted") from None
             finally:
                 os.close(fd)
-        except OSError as exc:
-            raise self._os_error(exc, root, op, display) from exc

@@ -34,7 +34,7 @@ WATCHDOG_SECONDS = 3.0  # unblocks a FIFO open that should never have blocked
 DATA = b"written-by-test"
 CHMOD_FROM, CHMOD_TO = 0o600, 0o640
 
-OPS = (
+READ_OPS = (
     "read_bytes",
     "read_text",
     "open_read",
@@ -45,6 +45,8 @@ OPS = (
     "list_dir",
     "walk",
     "resolve",
+)
+WRITE_OPS = (
     "write_bytes",
     "append_bytes",
     "copy_to",
@@ -56,51 +58,19 @@ OPS = (
     "chmod",
     "symlink",
 )
-READ_ONLY_OPS = frozenset(
-    {
-        "read_bytes",
-        "read_text",
-        "open_read",
-        "copy_from",
-        "stat",
-        "exists",
-        "is_dir",
-        "list_dir",
-        "walk",
-        "resolve",
-    }
-)
+OPS = READ_OPS + WRITE_OPS
+READ_ONLY_OPS = frozenset(READ_OPS)
 CONFINEMENT_REASONS = frozenset(r.value for r in ConfinementReason)
-MUTATING_OPS = frozenset(
-    {
-        "write_bytes",
-        "append_bytes",
-        "copy_to",
-        "mkdir",
-        "remove",
-        "remove_recursive",
-        "rename_from",
-        "rename_to",
-        "symlink",
-    }
-)
+MUTATING_OPS = frozenset(WRITE_OPS) - {"chmod"}
 NOFOLLOW_OPS = frozenset({"remove", "remove_recursive", "rename_from", "rename_to"})
-FILE_TARGET_OPS = frozenset(
-    {
-        "read_bytes",
-        "read_text",
-        "open_read",
-        "copy_from",
-        "stat",
-        "exists",
-        "is_dir",
-        "resolve",
-        "remove",
-        "rename_from",
-        "chmod",
-        "append_bytes",
-    }
-)
+# Operations whose path must name an existing file (every read but the listings, and
+# the in-place or by-name writes of one file).
+FILE_TARGET_OPS = (READ_ONLY_OPS - {"list_dir", "walk"}) | {
+    "remove",
+    "rename_from",
+    "chmod",
+    "append_bytes",
+}
 DIR_TARGET_OPS = frozenset({"list_dir", "walk", "remove_recursive"})
 
 
@@ -534,18 +504,33 @@ def _prepare(layout: Layout, case: Mapping[str, Any], op: str, exp: Expect) -> P
     return Prepared(target=target, link=link, pre=pre, listing=listing)
 
 
-def _call(ws: WorkspaceLike, op: str, path: str, layout: Layout, case: Mapping[str, Any]) -> Any:
-    limit = 1 << 16 if case.get("special_root") or "|chr" in str(case.get("fs")) else None
+@dataclass(frozen=True, slots=True)
+class OpArgs:
+    """What an operation runs with besides the path under test (names are in the root)."""
+
+    data: bytes = DATA
+    append: bytes = DATA
+    copy_src: str = "copy_src"
+    copy_dst: str = "copy_dst"
+    rename_src: str = "rename_src"
+    rename_dst: str = "renamed_dst"
+    exist_ok: bool = False
+    limit: int | None = None
+    read_size: int = 1 << 16  # open_read reads this much (-1: all)
+
+
+def call_op(ws: WorkspaceLike, op: str, path: str, target: str, args: OpArgs) -> Any:
+    """Run *op* on *path* and return its result (*target*: the link text of ``symlink``)."""
     if op == "read_bytes":
-        return ws.read_bytes(path, limit=limit)
+        return ws.read_bytes(path, limit=args.limit)
     if op == "read_text":
-        return ws.read_text(path, limit=limit)
+        return ws.read_text(path, limit=args.limit)
     if op == "open_read":
         with ws.open_read(path) as f:
-            data: bytes = f.read(1 << 16)
+            data: bytes = f.read(args.read_size)
             return data
     if op == "copy_from":
-        ws.copy(path, "copy_dst")
+        ws.copy(path, args.copy_dst)  # the controls' copy returns a path: never scanned
         return None
     if op == "stat":
         return ws.stat(path)
@@ -560,26 +545,36 @@ def _call(ws: WorkspaceLike, op: str, path: str, layout: Layout, case: Mapping[s
     if op == "resolve":
         return ws.resolve(path)
     if op == "write_bytes":
-        return ws.write_bytes(path, DATA)
+        return ws.write_bytes(path, args.data)
     if op == "append_bytes":
-        return ws.append_bytes(path, DATA)
+        return ws.append_bytes(path, args.append)
     if op == "copy_to":
-        return ws.copy("copy_src", path)
+        return ws.copy(args.copy_src, path)
     if op == "mkdir":
-        return ws.mkdir(path, exist_ok=False)
+        return ws.mkdir(path, exist_ok=args.exist_ok)
     if op == "remove":
         return ws.remove(path)
     if op == "remove_recursive":
         return ws.remove(path, recursive=True)
     if op == "rename_from":
-        return ws.rename(path, "renamed_dst")
+        return ws.rename(path, args.rename_dst)
     if op == "rename_to":
-        return ws.rename("rename_src", path)
+        return ws.rename(args.rename_src, path)
     if op == "chmod":
         return ws.chmod(path, CHMOD_TO)
     if op == "symlink":
-        return ws.symlink(layout.sub(case.get("link_target", ".")), path)
+        return ws.symlink(target, path)
     raise ValueError(op)
+
+
+_TABLE_ARGS = OpArgs()
+_SPECIAL_ARGS = OpArgs(limit=1 << 16)  # a device or special root: never read unbounded
+
+
+def _call(ws: WorkspaceLike, op: str, path: str, layout: Layout, case: Mapping[str, Any]) -> Any:
+    special = case.get("special_root") or "|chr" in str(case.get("fs"))
+    target = layout.sub(case.get("link_target", "."))
+    return call_op(ws, op, path, target, _SPECIAL_ARGS if special else _TABLE_ARGS)
 
 
 @contextlib.contextmanager

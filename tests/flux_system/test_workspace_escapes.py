@@ -8,6 +8,7 @@ fail: the negative-control cases (a deliberately wrong expectation) and a run of
 every escape case through an unconfined workspace (Go root_test's ``alwaysFails``
 idea: an escape case whose path does not actually escape is not a test).
 """
+# ruff: noqa: F811 - the resolver fixture imported from _ws_support is a parameter here
 
 from __future__ import annotations
 
@@ -19,7 +20,6 @@ from typing import Any
 import pytest
 
 from flux_system import InvalidPathError, Workspace, WorkspaceError, WorkspaceReason
-from tests._capabilities import require
 from tests._vectors import load_vector_file, load_vectors
 from tests.flux_system._escape_harness import (
     OPS,
@@ -29,17 +29,16 @@ from tests.flux_system._escape_harness import (
     WorkspaceLike,
     applicable_ops,
     build_layout,
-    have_openat2,
     run_op,
     scratch_dir,
 )
 from tests.flux_system._naive import NaiveWorkspace, PlainWorkspace
+from tests.flux_system._ws_support import RESOLVERS, resolver  # noqa: F401
 
 CASES = load_vectors("flux_system", "paths")
 REAL = [c for c in CASES if not c.get("negative_control")]
 CONTROLS = [c for c in CASES if c.get("negative_control")]
 ESCAPES = [c for c in REAL if c["expect"] == "escape" and not c.get("always_fails")]
-RESOLVERS = ("openat2", "walk")
 # The control runs need only show that a case escapes: a read, a listing, a write, an
 # in-place write and a recursive removal (other ops when a case restricts them).
 CONTROL_OPS = frozenset(
@@ -49,14 +48,6 @@ CONTROL_OPS = frozenset(
 
 def _id(case: Mapping[str, Any]) -> str:
     return str(case["id"])
-
-
-@pytest.fixture(params=RESOLVERS)
-def resolver(request: pytest.FixtureRequest) -> str:
-    name: str = request.param
-    if name == "openat2":
-        require(have_openat2(), "openat2(2)")
-    return name
 
 
 def workspace_factory(resolver: str) -> MakeWorkspace:

@@ -16,6 +16,7 @@ Safety of the test itself: generated ``..`` runs are bounded (at most
 a scratch directory, so even a broken implementation that followed everything could
 not climb out of the scratch area.
 """
+# ruff: noqa: F811 - the resolver fixture imported from _ws_support is a parameter here
 
 from __future__ import annotations
 
@@ -26,7 +27,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
 from hypothesis import Phase, find, given, settings
 from hypothesis import strategies as st
 
@@ -35,14 +35,16 @@ from tests._capabilities import require
 from tests.flux_system._escape_harness import (
     CANARY,
     Layout,
+    OpArgs,
     OutsideSnapshot,
     build_layout,
+    call_op,
     have_openat2,
     scratch_dir,
 )
 from tests.flux_system._naive import PlainWorkspace
+from tests.flux_system._ws_support import RESOLVERS, resolver  # noqa: F401
 
-RESOLVERS = ("openat2", "walk")
 NAMES = ("a", "b", "c")
 COMPONENTS = ("a", "b", "c", ".", "..", "OUT", "canary", "d", "back", "ROOT", "ROOT-evil")
 MAX_COMPONENTS = 4  # bounds the `..` run of any generated path or target
@@ -130,14 +132,6 @@ steps = st.lists(
 )
 
 
-@pytest.fixture(params=RESOLVERS)
-def resolver(request: pytest.FixtureRequest) -> str:
-    name: str = request.param
-    if name == "openat2":
-        require(have_openat2(), "openat2(2)")
-    return name
-
-
 def _layout(scratch: Path, tree: Mapping[str, Any], n: int) -> Layout:
     where = scratch / str(n)
     for i in range(NEST):
@@ -156,48 +150,21 @@ def inside_contents(root: Path) -> set[bytes]:
     return out
 
 
+# What the generated steps run with (kept from before the dispatch was shared).
+STEP_ARGS = OpArgs(
+    data=b"generated",
+    append=b"+",
+    copy_src="a",
+    copy_dst="copied",
+    rename_src="a",
+    rename_dst="moved",
+    exist_ok=True,
+    read_size=-1,
+)
+
+
 def run_step(ws: Workspace, op: str, path: str, target: str) -> Any:
-    if op == "read_bytes":
-        return ws.read_bytes(path)
-    if op == "open_read":
-        with ws.open_read(path) as f:
-            data: bytes = f.read()
-            return data
-    if op == "stat":
-        return ws.stat(path)
-    if op == "exists":
-        return ws.exists(path)
-    if op == "is_dir":
-        return ws.is_dir(path)
-    if op == "list_dir":
-        return ws.list_dir(path)
-    if op == "walk":
-        return ws.walk(path)
-    if op == "resolve":
-        return ws.resolve(path)
-    if op == "write_bytes":
-        return ws.write_bytes(path, b"generated")
-    if op == "append_bytes":
-        return ws.append_bytes(path, b"+")
-    if op == "mkdir":
-        return ws.mkdir(path)
-    if op == "remove":
-        return ws.remove(path)
-    if op == "remove_recursive":
-        return ws.remove(path, recursive=True)
-    if op == "rename_to":
-        return ws.rename("a", path)
-    if op == "rename_from":
-        return ws.rename(path, "moved")
-    if op == "copy_from":
-        return ws.copy(path, "copied")
-    if op == "copy_to":
-        return ws.copy("a", path)
-    if op == "chmod":
-        return ws.chmod(path, 0o640)
-    if op == "symlink":
-        return ws.symlink(target, path)
-    raise ValueError(op)
+    return call_op(ws, op, path, target, STEP_ARGS)
 
 
 @dataclass(frozen=True)

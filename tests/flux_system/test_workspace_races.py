@@ -11,6 +11,7 @@ The same attacker beats the naive "realpath, check prefix, then open" resolver
 (``_naive.NaiveWorkspace``) — shown by looping until its first escape — so these tests
 can fail; both of our resolvers hold.
 """
+# ruff: noqa: F811 - the resolver fixture imported from _ws_support is a parameter here
 
 from __future__ import annotations
 
@@ -36,18 +37,17 @@ from tests.flux_system._escape_harness import (
     OutsideSnapshot,
     WorkspaceLike,
     build_layout,
-    have_openat2,
     have_renameat2,
     renameat2_number,
     scratch_dir,
 )
 from tests.flux_system._naive import NaiveWorkspace
+from tests.flux_system._ws_support import RESOLVERS, resolver  # noqa: F401
 
 RACE_SECONDS = 1.0  # how long the workspace works under attack, per case
 NAIVE_BOUND_SECONDS = 10.0  # generous bound for the naive resolver's first escape
 ATTACKER_LIMIT_SECONDS = 30.0  # the child stops by itself even if never told to
 CLOSE_DECOYS = 64  # outside-dir fds opened right after close() to grab freed numbers
-RESOLVERS = ("openat2", "walk")
 
 # The attacker: swap argv[1] and argv[2] with renameat2(RENAME_EXCHANGE) until stdin
 # closes (or its own time limit), then print how many swaps succeeded.
@@ -100,14 +100,6 @@ def attacker(a: Path, b: Path) -> Iterator[Attack]:
             if child.poll() is None:
                 child.kill()
                 child.communicate()
-
-
-@pytest.fixture(params=RESOLVERS)
-def resolver(request: pytest.FixtureRequest) -> str:
-    name: str = request.param
-    if name == "openat2":
-        require(have_openat2(), "openat2(2)")
-    return name
 
 
 @pytest.fixture
