@@ -24,9 +24,8 @@ from ._record import (
     RESERVED_KINDS,
     Head,
     Record,
-    build_line,
+    build_record,
     genesis_hash,
-    make_record,
 )
 
 __all__ = ["Clock", "LogBase"]
@@ -47,6 +46,7 @@ class LogBase:
         self._prev_raw = b""  # the same, raw: what the next record's hash starts from
         self._log_id = ""
         self._closed = False
+        self._forked = False  # set in a forked child: closed, and says why
         self._readonly = False
         self._group_commit = False  # the three hooks below are called only when True
 
@@ -100,14 +100,13 @@ class LogBase:
         else:
             prev = genesis_hash(self._log_id)
             prev_raw = bytes.fromhex(prev)
-        line, raw, record_hash = build_line(
-            prev_raw, prev.encode(), seq, ts, kind, session, turn, actor, data
+        line, raw, record = build_record(
+            prev_raw, prev, seq, ts, kind, session, turn, actor, data, copy
         )
         self._commit(line, seq)
-        record = make_record(seq, ts, kind, session, turn, actor, copy, prev, record_hash)
         records.append(record)
         self._leaves.append(raw)
-        self._prev = record_hash
+        self._prev = record.hash
         self._prev_raw = raw
         return record
 
@@ -120,6 +119,10 @@ class LogBase:
         self._append_locked(RECOVERY_KIND, *encode_data(dropped))
 
     def _check_writable(self, op: str) -> None:
+        if self._forked:
+            raise EvidenceError(
+                "evidence log was opened by the parent process", op=op, reason=EvidenceReason.FORKED
+            )
         if self._closed:
             raise EvidenceError("evidence log is closed", op=op, reason=EvidenceReason.CLOSED)
         if self._readonly:
@@ -150,7 +153,8 @@ class LogBase:
 
         Raises:
             EvidenceError: UNENCODABLE (data or fields), BAD_ARGUMENT (a reserved kind),
-                TOO_LARGE, CLOSED, READ_ONLY, FAILED or IO.
+                TOO_LARGE, CLOSED, READ_ONLY, FORKED (a file log opened by the parent
+                of this forked process), FAILED or IO.
         """
         if isinstance(kind, str) and kind in RESERVED_KINDS:
             raise EvidenceError(
@@ -164,7 +168,7 @@ class LogBase:
         try:
             raw, copy = encode_data(data)
             with self._lock:
-                if self._closed or self._readonly:
+                if self._closed or self._readonly:  # (a forked child's copy is closed)
                     self._check_writable("append")
                 record = self._append_locked(
                     kind, raw, copy, session=session, turn=turn, actor=actor

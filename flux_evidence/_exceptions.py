@@ -32,6 +32,7 @@ class EvidenceReason(enum.Enum):
 
     LOCKED = "locked"  # another open-for-write holds the exclusive lock
     CLOSED = "closed"  # the log was closed
+    FORKED = "forked"  # a writer inherited across fork: only the opening process writes
     READ_ONLY = "read_only"  # append on a log opened for reading
     FAILED = "failed"  # an earlier write or fsync failed: durability unknown, log poisoned
     UNENCODABLE = "unencodable"  # data/fields cannot be stored as canonical JSON

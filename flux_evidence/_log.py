@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
-import errno
+import contextlib
 import fcntl
 import hashlib
 import os
-import stat
 import threading
 import time
 import typing
+import weakref
 from typing import Literal, Self
 
 from ._base import Clock, LogBase
 from ._exceptions import EvidenceError, EvidenceReason, LogLockedError
-from ._fileio import fsync_dir, read_all, write_all
+from ._fileio import fsync_dir, io_error, open_log_fd, read_all, write_all
+from ._record import check_log_id
 from ._scan import scan
 
 __all__ = ["EvidenceLog", "FsyncMode"]
@@ -37,7 +38,9 @@ class EvidenceLog(LogBase):
     ``append`` returns only once its record is durable.
 
     Guarantee: one writer per file (``flock``), lines never interleave; the whole file
-    is verified on open, so a writer never extends a log that does not verify.
+    is verified on open, so a writer never extends a log that does not verify. A forked
+    child's copy of an open writer refuses appends (``FORKED``) and lets go of its
+    inherited descriptor, so the parent's ``close`` still releases the lock.
     Not guaranteed: protection against someone who can write the file (that is what
     ``verify(expect_head=...)`` and signed checkpoints catch); records are held in
     memory for queries, so the log must fit in memory.
@@ -87,13 +90,17 @@ class EvidenceLog(LogBase):
             InvalidEvidenceError: a complete line fails to parse or chain — tampering,
                 never repaired.
             EvidenceError: NOT_FOUND (reading a missing file), NOT_A_FILE, IO,
-                BAD_ARGUMENT (an unknown fsync mode, or another log id).
+                BAD_ARGUMENT (an unknown fsync mode, a *log_id* that is not a str of at
+                most 1024 valid Unicode characters — checked before the file is
+                created — or another log id).
         """
         if fsync not in _MODES:
             raise EvidenceError(
                 f"fsync must be one of {_MODES}", op="open", reason=EvidenceReason.BAD_ARGUMENT
             )
-        fd, created = _open_fd(os.fspath(path), readonly=readonly)
+        if log_id is not None:
+            check_log_id(log_id)
+        fd, created = open_log_fd(os.fspath(path), readonly=readonly, op="open")
         try:
             if not readonly:
                 _lock(fd, wait=wait_for_lock)
@@ -102,13 +109,15 @@ class EvidenceLog(LogBase):
         except BaseException:
             os.close(fd)
             raise
+        if not readonly:
+            _WRITERS.add(log)
         return log
 
     def _load(self, path: str, *, created: bool, readonly: bool, log_id: str | None) -> None:
         try:
             buf = read_all(self._fd)
         except OSError as exc:
-            raise _io("open", exc) from exc
+            raise io_error("open", exc) from exc
         result = scan(buf, keep_records=True)
         if log_id is not None and result.log_id is not None and result.log_id != log_id:
             raise EvidenceError(
@@ -128,7 +137,7 @@ class EvidenceLog(LogBase):
                 try:
                     os.ftruncate(self._fd, result.complete_len)
                 except OSError as exc:
-                    raise _io("open", exc) from exc
+                    raise io_error("open", exc) from exc
                 changed = True
             if not self._records:
                 self._append_genesis(log_id)
@@ -141,7 +150,7 @@ class EvidenceLog(LogBase):
             try:
                 fsync_dir(path)
             except OSError as exc:
-                raise _io("open", exc) from exc
+                raise io_error("open", exc) from exc
         self._written_seq = self._synced_seq = len(self._records) - 1
 
     # -- storage ----------------------------------------------------------------
@@ -156,7 +165,7 @@ class EvidenceLog(LogBase):
                 write_all(self._fd, line[written:])
         except OSError as exc:
             self._undo_partial()
-            raise _io("append", exc) from exc
+            raise io_error("append", exc) from exc
         self._size += len(line)
         if self._always:
             self._fsync_now("append")
@@ -174,7 +183,7 @@ class EvidenceLog(LogBase):
             os.fdatasync(self._fd)
         except OSError as exc:
             self._failed = True  # fsync failure: page state unknown, never retried
-            raise _io(op, exc) from exc
+            raise io_error(op, exc) from exc
 
     def _begin_append(self) -> None:
         with self._sync_cond:
@@ -222,7 +231,22 @@ class EvidenceLog(LogBase):
                 self._failed = True
             cond.notify_all()
         if error is not None:
-            raise _io("append", error) from error
+            raise io_error("append", error) from error
+
+    def _abandon_in_child(self) -> None:
+        """After fork, in the child: this process is not the writer. The lock belongs to
+        the parent (flock is shared by the inherited descriptor, so it cannot exclude the
+        child): drop the child's descriptor, so that only the parent's close releases
+        the lock, and refuse appends as FORKED. Locks are replaced, not reused: another
+        thread of the parent may have held them at the fork."""
+        sync_lock = threading.Lock()
+        self._lock = threading.Lock()
+        self._sync_cond = threading.Condition(sync_lock)
+        self._drained = threading.Condition(sync_lock)
+        self._syncing = True  # no group-commit leader, ever
+        self._forked = self._closed = True
+        with contextlib.suppress(OSError):
+            os.close(self._fd)
 
     def _close(self) -> None:
         """Make every written record durable (unless ``never``), then close the fd.
@@ -248,53 +272,20 @@ class EvidenceLog(LogBase):
                 self._failed = True
             os.close(self._fd)
             cond.notify_all()
+        _WRITERS.discard(self)
 
 
-def _io(op: str, exc: OSError) -> EvidenceError:
-    return EvidenceError(
-        f"evidence log I/O failed: {errno.errorcode.get(exc.errno or 0, 'unknown')}",
-        op=op,
-        reason=EvidenceReason.IO,
-    )
+# Writers open in this process, for the fork hook (weak: an unclosed log may be freed).
+_WRITERS: weakref.WeakSet[EvidenceLog] = weakref.WeakSet()
 
 
-def _open_fd(path: str, *, readonly: bool) -> tuple[int, bool]:
-    """Open *path* as a regular file without blocking on a FIFO; say if we created it."""
-    base = os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY
-    created = False
-    try:
-        if readonly:
-            fd = os.open(path, os.O_RDONLY | base)
-        else:
-            try:
-                fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_EXCL | base, 0o600)
-                created = True
-            except FileExistsError:
-                fd = os.open(path, os.O_RDWR | os.O_APPEND | base)
-    except FileNotFoundError as exc:
-        raise EvidenceError(
-            "evidence log not found", op="open", reason=EvidenceReason.NOT_FOUND
-        ) from exc
-    except IsADirectoryError as exc:
-        raise EvidenceError(
-            "evidence log is not a regular file", op="open", reason=EvidenceReason.NOT_A_FILE
-        ) from exc
-    except OSError as exc:
-        raise _io("open", exc) from exc
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise EvidenceError(
-                "evidence log is not a regular file", op="open", reason=EvidenceReason.NOT_A_FILE
-            )
-        os.set_blocking(fd, True)
-    except OSError as exc:
-        os.close(fd)
-        raise _io("open", exc) from exc
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd, created
+def _after_fork_in_child() -> None:
+    for log in list(_WRITERS):
+        log._abandon_in_child()
+    _WRITERS.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _lock(fd: int, *, wait: bool) -> None:
@@ -308,4 +299,4 @@ def _lock(fd: int, *, wait: bool) -> None:
         except InterruptedError:
             continue
         except OSError as exc:
-            raise _io("open", exc) from exc
+            raise io_error("open", exc) from exc

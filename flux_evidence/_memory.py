@@ -5,6 +5,7 @@ from __future__ import annotations
 import typing
 
 from ._base import Clock, LogBase
+from ._record import check_log_id
 
 __all__ = ["MemoryEvidenceLog"]
 
@@ -20,9 +21,15 @@ class MemoryEvidenceLog(LogBase):
     Args:
         clock: returns the ``ts`` of each record (int; default ``time.time_ns``).
         log_id: the genesis id (default: a random UUID).
+
+    Raises:
+        EvidenceError: BAD_ARGUMENT for a *log_id* that is not a str of at most 1024
+            valid Unicode characters; UNENCODABLE when *clock* returns no int.
     """
 
     def __init__(self, *, clock: Clock | None = None, log_id: str | None = None) -> None:
+        if log_id is not None:
+            check_log_id(log_id)
         super().__init__(clock=clock)
         self._lines: list[bytes] = []
         with self._lock:

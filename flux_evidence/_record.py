@@ -26,8 +26,10 @@ __all__ = [
     "RECOVERY_KIND",
     "Head",
     "Record",
-    "build_line",
+    "build_record",
+    "check_log_id",
     "genesis_hash",
+    "is_hex64",
 ]
 
 FORMAT_VERSION = 1
@@ -44,6 +46,25 @@ MAX_LABEL_CHARS = 1024
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _GENESIS_DOMAIN = b"flux-evidence/v1/genesis\x00"
+
+
+def check_log_id(log_id: object) -> None:
+    """Refuse a log id that is not a str of at most MAX_LABEL_CHARS valid Unicode chars.
+
+    Raises:
+        EvidenceError: reason BAD_ARGUMENT.
+    """
+    if isinstance(log_id, str) and type(log_id) is str and len(log_id) <= MAX_LABEL_CHARS:
+        try:
+            log_id.encode("utf-8")
+            return
+        except UnicodeEncodeError:  # a lone surrogate
+            pass
+    raise EvidenceError(
+        f"log_id must be a str of at most {MAX_LABEL_CHARS} valid Unicode characters",
+        op="open",
+        reason=EvidenceReason.BAD_ARGUMENT,
+    )
 
 
 def genesis_hash(log_id: str) -> str:
@@ -97,6 +118,15 @@ class Head:
     size: int
     hash: str
 
+    def __post_init__(self) -> None:
+        # A head that cannot name a record must not pass as "nothing to check".
+        if type(self.size) is not int or self.size < 0 or not is_hex64(self.hash):
+            raise EvidenceError(
+                "head must be a size >= 0 and a 64-digit lowercase hex hash",
+                op="head",
+                reason=EvidenceReason.BAD_HEAD,
+            )
+
     def __str__(self) -> str:
         return f"{self.size}:{self.hash}"
 
@@ -123,42 +153,24 @@ def is_hex64(value: object) -> bool:
     return type(value) is str and _HEX64.fullmatch(value) is not None
 
 
-# Frozen dataclass __init__ goes through object.__setattr__ per field; on the append and
-# scan hot paths records are built by the slot descriptors directly (same result).
+# Frozen dataclass __init__ goes through object.__setattr__ per field; on the append hot
+# path the record is built by its slot descriptors directly (the same result, faster).
 _new = object.__new__
-_SLOT_SETTERS = tuple(getattr(Record, name).__set__ for name in Record.__slots__)
+(
+    _SET_VERSION,
+    _SET_SEQ,
+    _SET_TS,
+    _SET_KIND,
+    _SET_SESSION,
+    _SET_TURN,
+    _SET_ACTOR,
+    _SET_DATA,
+    _SET_PREV,
+    _SET_HASH,
+) = (getattr(Record, name).__set__ for name in Record.__slots__)
 assert Record.__slots__ == (
     "version", "seq", "ts", "kind", "session", "turn", "actor", "data", "prev_hash", "hash"
 )  # fmt: skip
-
-
-def make_record(  # noqa: PLR0917 - per-record hot path: positional call
-    seq: int,
-    ts: int,
-    kind: str,
-    session: str | None,
-    turn: int | None,
-    actor: str | None,
-    data: Any,
-    prev_hash: str,
-    record_hash: str,
-) -> Record:
-    """``Record(FORMAT_VERSION, ...)`` without the frozen-``__init__`` overhead."""
-    record: Record = _new(Record)
-    s_version, s_seq, s_ts, s_kind, s_session, s_turn, s_actor, s_data, s_prev, s_hash = (
-        _SLOT_SETTERS
-    )
-    s_version(record, FORMAT_VERSION)
-    s_seq(record, seq)
-    s_ts(record, ts)
-    s_kind(record, kind)
-    s_session(record, session)
-    s_turn(record, turn)
-    s_actor(record, actor)
-    s_data(record, data)
-    s_prev(record, prev_hash)
-    s_hash(record, record_hash)
-    return record
 
 
 def _unencodable(what: str) -> EvidenceError:
@@ -199,9 +211,9 @@ _TAIL = (
 )
 
 
-def build_line(  # noqa: PLR0917 - per-record hot path: positional call
+def build_record(  # noqa: PLR0917 - per-record hot path: positional call
     prev_raw: bytes,
-    prev_hex: bytes,
+    prev_hash: str,
     seq: int,
     ts: int,
     kind: str,
@@ -209,14 +221,15 @@ def build_line(  # noqa: PLR0917 - per-record hot path: positional call
     turn: int | None,
     actor: str | None,
     data: bytes,
-) -> tuple[bytes, bytes, str]:
-    """Return (the full line with its ``\\n``, the record hash raw and in hex).
+    copy: Any,
+) -> tuple[bytes, bytes, Record]:
+    """Return (the full line with its ``\\n``, the raw record hash, the record).
 
     The canonical encoding is assembled from canonical pieces in sorted key order (the
     same bytes as ``canonical_json`` of the whole object — a test holds it to that);
     the hash is one sha256 over ``prev_raw`` and the line without its ``hash`` field.
-    *data* must already be canonical JSON bytes (see ``encode_data``); *prev_hex* is
-    *prev_raw* in lowercase hex.
+    *data* must already be canonical JSON bytes and *copy* its parsed value (see
+    ``encode_data``); *prev_hash* is *prev_raw* in lowercase hex.
 
     Raises:
         EvidenceError: reason UNENCODABLE for a bad field (wrong type, empty kind, lone
@@ -232,7 +245,7 @@ def build_line(  # noqa: PLR0917 - per-record hot path: positional call
         head = b'{"actor":%b,"data":%b' % (_label(actor, "actor"), data)
         tail = _TAIL % (
             _label(kind, "kind"),
-            prev_hex,
+            prev_hash.encode(),
             seq,
             _label(session, "session"),
             ts,
@@ -247,4 +260,15 @@ def build_line(  # noqa: PLR0917 - per-record hot path: positional call
         raise EvidenceError(
             f"record exceeds {MAX_LINE_BYTES} bytes", op="append", reason=EvidenceReason.TOO_LARGE
         )
-    return line, raw_hash, record_hash
+    record: Record = _new(Record)
+    _SET_VERSION(record, FORMAT_VERSION)
+    _SET_SEQ(record, seq)
+    _SET_TS(record, ts)
+    _SET_KIND(record, kind)
+    _SET_SESSION(record, session)
+    _SET_TURN(record, turn)
+    _SET_ACTOR(record, actor)
+    _SET_DATA(record, copy)
+    _SET_PREV(record, prev_hash)
+    _SET_HASH(record, record_hash)
+    return line, raw_hash, record

@@ -30,7 +30,6 @@ from ._record import (
     Record,
     genesis_hash,
     is_hex64,
-    make_record,
 )
 
 __all__ = ["ScanResult", "parse_line", "scan"]
@@ -145,16 +144,17 @@ def _record(matched: _Matched) -> Record:
     prefix, suffix, data = matched
     g = suffix.group
     turn = g("turn")
-    return make_record(
-        int(g("seq")),
-        int(g("ts")),
-        _label(g("kind")) or "",
-        _label(g("session")),
-        None if turn == "null" else int(turn),
-        _label(prefix.group("actor")),
-        data,
-        g("prev"),
-        g("hash"),
+    return Record(
+        version=FORMAT_VERSION,
+        seq=int(g("seq")),
+        ts=int(g("ts")),
+        kind=_label(g("kind")) or "",
+        session=_label(g("session")),
+        turn=None if turn == "null" else int(turn),
+        actor=_label(prefix.group("actor")),
+        data=data,
+        prev_hash=g("prev"),
+        hash=g("hash"),
     )
 
 

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import os
-import stat
 import typing
 from dataclasses import dataclass
 from typing import Any
 
 from ._checkpoint import Checkpoint, verify_checkpoint
 from ._exceptions import EvidenceError, EvidenceReason, InvalidEvidenceError, TamperReason
-from ._fileio import read_all
+from ._fileio import read_log
 from ._merkle import _mth, leaf_hash
-from ._record import Head
+from ._record import Head, is_hex64
 from ._scan import scan
 
 __all__ = ["VerifyResult", "verify", "verify_bytes"]
@@ -39,6 +38,14 @@ def verify_bytes(
     ed25519_public_key: Any = None,
 ) -> VerifyResult:
     """Verify the bytes of a log (see :func:`verify`)."""
+    if checkpoint is not None and (
+        type(checkpoint.size) is not int or checkpoint.size < 0 or not is_hex64(checkpoint.root)
+    ):  # a checkpoint that cannot describe a tree must not pass as one
+        raise EvidenceError(
+            "checkpoint needs a size >= 0 and a 64-digit lowercase hex root",
+            op="verify",
+            reason=EvidenceReason.BAD_ARGUMENT,
+        )
     if checkpoint is not None and (hmac_key is not None or ed25519_public_key is not None):
         verify_checkpoint(checkpoint, hmac_key=hmac_key, ed25519_public_key=ed25519_public_key)
     result = scan(data, expect_head=expect_head)
@@ -77,30 +84,10 @@ def verify(
 
     Raises:
         InvalidEvidenceError: the first bad seq and the reason.
-        EvidenceError: NOT_FOUND, NOT_A_FILE or IO when the file cannot be read.
+        EvidenceError: NOT_FOUND, NOT_A_FILE or IO when the file cannot be read;
+            BAD_ARGUMENT for a malformed checkpoint (negative size, non-hex root).
     """
-    try:
-        fd = os.open(os.fspath(path), os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
-    except FileNotFoundError as exc:
-        raise EvidenceError(
-            "evidence log not found", op="verify", reason=EvidenceReason.NOT_FOUND
-        ) from exc
-    except OSError as exc:
-        raise EvidenceError(
-            "evidence log cannot be opened", op="verify", reason=EvidenceReason.IO
-        ) from exc
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise EvidenceError(
-                "evidence log is not a regular file", op="verify", reason=EvidenceReason.NOT_A_FILE
-            )
-        data = read_all(fd)
-    except OSError as exc:
-        raise EvidenceError(
-            "evidence log cannot be read", op="verify", reason=EvidenceReason.IO
-        ) from exc
-    finally:
-        os.close(fd)
+    data = read_log(os.fspath(path), op="verify")
     return verify_bytes(
         data,
         expect_head=expect_head,

@@ -57,17 +57,22 @@ def _usage(parser: argparse.ArgumentParser) -> Any:
     return run
 
 
+def _failed(exc: EvidenceError) -> int:
+    """Print why the log could not be verified or read; return the exit code."""
+    if isinstance(exc, InvalidEvidenceError):
+        where = "-" if exc.seq is None else str(exc.seq)
+        print(f"invalid: seq {where}: {exc.reason.value}", file=sys.stderr)
+        return EXIT_INVALID
+    print(f"error: {exc} ({exc.reason.value})", file=sys.stderr)
+    return EXIT_USAGE
+
+
 def _verify(args: argparse.Namespace) -> int:
     try:
         head = Head.parse(args.expect_head) if args.expect_head is not None else None
         result = verify(args.file, expect_head=head)
-    except InvalidEvidenceError as exc:
-        where = "-" if exc.seq is None else str(exc.seq)
-        print(f"invalid: seq {where}: {exc.reason.value}", file=sys.stderr)
-        return EXIT_INVALID
     except EvidenceError as exc:
-        print(f"error: {exc} ({exc.reason.value})", file=sys.stderr)
-        return EXIT_USAGE
+        return _failed(exc)
     print(f"valid: {result.head.size} records, head {result.head}")
     if result.torn_bytes:
         print(
@@ -81,13 +86,8 @@ def _show(args: argparse.Namespace) -> int:
     try:
         with EvidenceLog.open(args.file, readonly=True) as log:
             records = log.query(kind=args.kind, session=args.session)
-    except InvalidEvidenceError as exc:
-        where = "-" if exc.seq is None else str(exc.seq)
-        print(f"invalid: seq {where}: {exc.reason.value}", file=sys.stderr)
-        return EXIT_INVALID
     except EvidenceError as exc:
-        print(f"error: {exc} ({exc.reason.value})", file=sys.stderr)
-        return EXIT_USAGE
+        return _failed(exc)
     for record in records:
         print(json.dumps(record.to_json(), sort_keys=True, ensure_ascii=False))
     return EXIT_OK
