@@ -6,7 +6,10 @@ Ratios, measured side by side in one run (interleaved rounds, medians):
    (target <= 1.5x), for each resolver;
 2. confined read vs the naive "realpath, check prefix, then open" (target < 1.0x);
 3. resolution of a 20-component path (``ws.stat``, one open + fstat) vs
-   ``os.path.realpath`` of the same path.
+   ``os.path.realpath`` of the same path;
+4. atomic write of 512 bytes (``ws.write_bytes``: temp file, fsync, rename, fsync of
+   the directory) vs the same steps done plainly without the directory fsync (what
+   ``write_bytes`` did before decision 0014) and with it (the confinement's own cost).
 
 Run: ``python bench/bench_workspace.py``.
 """
@@ -25,6 +28,7 @@ from flux_system import Workspace
 from flux_system._resolve import openat2_available
 
 NUMBER = 3000
+WRITES = 150  # per round: each write waits for two fsyncs
 DEPTH = 20
 
 
@@ -34,6 +38,47 @@ def _naive_read(root: str, rel: str) -> bytes:
         raise PermissionError(rel)
     with open(real, "rb") as fh:
         return fh.read()
+
+
+def _plain_write(dirfd: int, data: bytes, *, sync_dir: bool) -> None:
+    fd = os.open("w.tmp", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666, dir_fd=dirfd)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.rename("w.tmp", "plain.txt", src_dir_fd=dirfd, dst_dir_fd=dirfd)
+    if sync_dir:
+        os.fsync(dirfd)
+
+
+def _writes(name: str, ws: Workspace, root: str, figures: dict[str, float]) -> None:
+    data = b"w" * 512
+    dirfd = os.open(os.path.join(root, "src"), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        r4 = side_by_side(
+            lambda: ws.write_bytes("src/confined.txt", data),
+            lambda: _plain_write(dirfd, data, sync_dir=False),
+            number=WRITES,
+        )
+        r5 = side_by_side(
+            lambda: ws.write_bytes("src/confined.txt", data),
+            lambda: _plain_write(dirfd, data, sync_dir=True),
+            number=WRITES,
+        )
+    finally:
+        os.close(dirfd)
+    figures[f"{name}.write_vs_plain_nodirsync"] = r4["ratio"]
+    figures[f"{name}.write_vs_plain_dirsync"] = r5["ratio"]
+    figures[f"{name}.write_us"] = r5["candidate_s"] * 1e6
+    figures[f"{name}.plain_write_nodirsync_us"] = r4["baseline_s"] * 1e6
+    figures[f"{name}.plain_write_dirsync_us"] = r5["baseline_s"] * 1e6
+    print(
+        f"{name:8s} atomic write vs plain (no dir fsync): {r4['ratio']:.2f}x  "
+        f"vs plain (dir fsync): {r5['ratio']:.2f}x  "
+        f"({r5['candidate_s'] * 1e6:.0f} us vs {r4['baseline_s'] * 1e6:.0f} / "
+        f"{r5['baseline_s'] * 1e6:.0f} us)"
+    )
 
 
 def main() -> None:
@@ -91,6 +136,7 @@ def main() -> None:
                     f"20-deep resolve vs realpath: {r3['ratio']:.2f}x "
                     f"({r3['candidate_s'] * 1e6:.1f} us vs {r3['baseline_s'] * 1e6:.1f} us)"
                 )
+                _writes(name, ws, root, figures)
     record("workspace", figures)
 
 
