@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import stat
+import unicodedata
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import pytest
 
 from flux_system import (
     ConfinementReason,
+    NamedRoot,
     NotFoundError,
     PathEscapeError,
     Workspace,
@@ -242,3 +244,72 @@ def test_create_parents_below_deep_existing_prefix(ws: Workspace, root: Path) ->
     assert ws.read_bytes("d/" * 2000 + "f") == b"deep"
     ws.remove("d", recursive=True)  # as deep as it can create, it can remove
     assert list(root.iterdir()) == []
+
+
+# --- spellings that look inside but are not ----------------------------------------------
+
+
+def test_absolute_spellings_that_resolve_outside_are_escapes(
+    root: Path, outside: Path, resolver: str, tmp_path: Path
+) -> None:
+    extra = tmp_path / "extra"
+    extra.mkdir()
+    with Workspace(root, read_roots=[extra], named_roots={"x": extra}, resolver=resolver) as w:
+        for path in (
+            f"{root}/../outside/canary",
+            f"{root}//../outside/canary",
+            f"{root}/./../outside/canary",
+            f"{extra}/../outside/canary",
+            f"{extra}/../root/../outside/canary",
+            "@x/../outside/canary",
+        ):
+            with pytest.raises(PathEscapeError) as info:
+                w.read_bytes(path)
+            assert info.value.reason is ConfinementReason.ESCAPE, path
+
+
+def test_other_unicode_or_case_spelling_of_root_is_refused(tmp_path: Path, resolver: str) -> None:
+    nfc = unicodedata.normalize("NFC", "rooté")
+    real = tmp_path / nfc
+    real.mkdir()
+    (real / "f").write_bytes(b"F")
+    with Workspace(real, resolver=resolver) as w:
+        assert w.read_bytes(str(real / "f")) == b"F"
+        for spelling in (unicodedata.normalize("NFD", nfc), nfc.upper()):
+            with pytest.raises(PathEscapeError) as info:
+                w.read_bytes(str(tmp_path / spelling / "f"))
+            assert info.value.reason is ConfinementReason.ABSOLUTE_PATH
+
+
+def test_named_root_itself_cannot_be_removed(tmp_path: Path, root: Path, resolver: str) -> None:
+    extra = tmp_path / "extra"
+    extra.mkdir()
+    (extra / "keep").write_bytes(b"k")
+    named = {"rw": NamedRoot(extra, writable=True)}
+    with Workspace(root, named_roots=named, resolver=resolver) as w:
+        for path in ("@rw", "@rw/", "@rw/.", f"{extra}", f"{extra}/"):
+            with pytest.raises(WorkspaceError) as info:
+                w.remove(path, recursive=True)
+            assert info.value.reason is WorkspaceReason.BAD_NAME, path
+        with pytest.raises(PathEscapeError):
+            w.remove("@rw/..", recursive=True)
+    assert (extra / "keep").read_bytes() == b"k"
+
+
+def test_literal_at_name_dir_is_not_the_named_root(ws: Workspace, root: Path) -> None:
+    (root / "@lib").mkdir()
+    (root / "@lib" / "f").write_bytes(b"literal")
+    assert ws.read_bytes("./@lib/f") == b"literal"
+    assert ws.read_bytes(str(root / "@lib" / "f")) == b"literal"
+    with pytest.raises(PathEscapeError) as info:
+        ws.read_bytes("@lib/f")
+    assert info.value.reason is ConfinementReason.UNKNOWN_ROOT
+
+
+def test_max_length_names_replace_atomically(ws: Workspace, root: Path) -> None:
+    name = "é" * 127 + "x"  # 255 bytes: the temp name must still fit NAME_MAX
+    ws.write_bytes(name, b"1")
+    ws.write_bytes(name, b"2")
+    ws.copy(name, name[:-1] + "y")
+    assert sorted(p.name for p in root.iterdir()) == [name, name[:-1] + "y"]
+    assert (root / name).read_bytes() == b"2"
