@@ -47,6 +47,9 @@ class LogBase:
         self._log_id = ""
         self._closed = False
         self._forked = False  # set in a forked child: closed, and says why
+        # An earlier write or fsync failed or was interrupted: what storage holds is
+        # unknown, so nothing more is appended (reopening the log re-reads the truth).
+        self._failed = False
         self._readonly = False
         self._group_commit = False  # the three hooks below are called only when True
 
@@ -103,11 +106,19 @@ class LogBase:
         line, raw, record = build_record(
             prev_raw, prev, seq, ts, kind, session, turn, actor, data, copy
         )
-        self._commit(line, seq)
-        records.append(record)
-        self._leaves.append(raw)
-        self._prev = record.hash
-        self._prev_raw = raw
+        try:
+            self._commit(line, seq)
+            records.append(record)
+            self._leaves.append(raw)
+            self._prev = record.hash
+            self._prev_raw = raw
+        except EvidenceError:
+            raise  # storage refused the line and left no trace of it (or failed the log)
+        except BaseException:
+            # Interrupted around the write (KeyboardInterrupt, ...): the line may be
+            # stored while the chain state says otherwise. Never append on top of that.
+            self._failed = True
+            raise
         return record
 
     def _append_genesis(self, log_id: str | None) -> None:
@@ -127,6 +138,10 @@ class LogBase:
             raise EvidenceError("evidence log is closed", op=op, reason=EvidenceReason.CLOSED)
         if self._readonly:
             raise EvidenceError("log is opened for reading", op=op, reason=EvidenceReason.READ_ONLY)
+        if self._failed:
+            raise EvidenceError(
+                "an earlier write or fsync failed", op=op, reason=EvidenceReason.FAILED
+            )
 
     # -- public interface --------------------------------------------------------
     @property
@@ -168,7 +183,7 @@ class LogBase:
         try:
             raw, copy = encode_data(data)
             with self._lock:
-                if self._closed or self._readonly:  # (a forked child's copy is closed)
+                if self._closed or self._readonly or self._failed:  # (forked: closed)
                     self._check_writable("append")
                 record = self._append_locked(
                     kind, raw, copy, session=session, turn=turn, actor=actor

@@ -52,7 +52,6 @@ class EvidenceLog(LogBase):
         self._fsync = _fsync
         self._always = _fsync == "always"
         self._group_commit = _fsync == "batch"
-        self._failed = False
         self._size = 0  # bytes of complete lines in the file
         # group commit state (batch mode)
         sync_lock = threading.Lock()
@@ -155,10 +154,6 @@ class EvidenceLog(LogBase):
 
     # -- storage ----------------------------------------------------------------
     def _commit(self, line: bytes, seq: int) -> None:
-        if self._failed:
-            raise EvidenceError(
-                "an earlier write or fsync failed", op="append", reason=EvidenceReason.FAILED
-            )
         try:
             written = os.write(self._fd, line)
             if written != len(line):  # short only on ENOSPC/EFBIG & co.: finish or raise
@@ -196,7 +191,13 @@ class EvidenceLog(LogBase):
                 self._drained.notify_all()
 
     def _after_commit(self, seq: int) -> None:
-        """Group commit: return once *seq* is durable; one thread fsyncs for all."""
+        """Group commit: return once *seq* is durable; one thread fsyncs for all.
+
+        Durable means covered by an fsync that started after the record's write had
+        completed: the leader reads ``_written_seq`` (set after each write returns)
+        before it starts its fsync, and only that value is marked synced. A leader that
+        fails or is interrupted (any exception) poisons the log and wakes the others.
+        """
         cond = self._sync_cond
         with cond:
             while True:
@@ -205,33 +206,34 @@ class EvidenceLog(LogBase):
                 if self._failed:
                     raise EvidenceError("fsync failed", op="append", reason=EvidenceReason.FAILED)
                 if not self._syncing:
-                    self._syncing = True
-                    # Let appends already under way finish their write so they ride
-                    # this fsync (else groups settle at about half the appenders).
-                    deadline = time.monotonic() + _GROUP_WAIT_S
-                    while self._in_flight > 0:
-                        remaining = deadline - time.monotonic()
-                        if remaining <= 0:
-                            break
-                        self._drained.wait(remaining)
-                    target = self._written_seq  # every write up to here is complete
                     break
                 cond.wait()
-        error: OSError | None = None
-        self._fsyncs += 1
+            self._syncing = True  # this thread leads
+        synced = False
         try:
+            with cond:
+                # Let appends already under way finish their write so they ride this
+                # fsync (else groups settle at about half the appenders).
+                deadline = time.monotonic() + _GROUP_WAIT_S
+                while self._in_flight > 0:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        break
+                    self._drained.wait(remaining)
+                target = self._written_seq  # every write up to here is complete
+            self._fsyncs += 1
             os.fdatasync(self._fd)
+            synced = True
         except OSError as exc:
-            error = exc
-        with cond:
-            self._syncing = False
-            if error is None:
-                self._synced_seq = max(self._synced_seq, target)
-            else:
-                self._failed = True
-            cond.notify_all()
-        if error is not None:
-            raise io_error("append", error) from error
+            raise io_error("append", exc) from exc
+        finally:
+            with cond:
+                self._syncing = False
+                if synced:
+                    self._synced_seq = max(self._synced_seq, target)
+                else:
+                    self._failed = True  # outcome of the fsync unknown: never retried
+                cond.notify_all()
 
     def _abandon_in_child(self) -> None:
         """After fork, in the child: this process is not the writer. The lock belongs to
@@ -252,27 +254,31 @@ class EvidenceLog(LogBase):
         """Make every written record durable (unless ``never``), then close the fd.
 
         Batch followers still waiting are released by this final fsync: it is issued in
-        the leader's role, so no other thread can fsync a closed (or reused) fd.
+        the leader's role, so no other thread can fsync a closed (or reused) fd. Only a
+        successful fsync marks records synced; a failed or skipped one (a log already
+        failed) leaves followers to get FAILED. The fd is closed whatever happens.
         """
         cond = self._sync_cond
         with cond:
             while self._syncing:
                 cond.wait()
             self._syncing = True  # for good: no leader may start once the fd is closed
-        ok = True
-        if not self._readonly and not self._failed and self._fsync != "never":
-            try:
+        synced = False
+        try:
+            if not self._readonly and not self._failed and self._fsync != "never":
                 os.fdatasync(self._fd)
-            except OSError:
-                ok = False
-        with cond:
-            if ok:
-                self._synced_seq = self._written_seq
-            else:
-                self._failed = True
-            os.close(self._fd)
-            cond.notify_all()
-        _WRITERS.discard(self)
+                synced = True
+        except OSError:
+            pass  # reported as FAILED to any follower; close itself does not raise
+        finally:
+            with cond:
+                if synced:
+                    self._synced_seq = self._written_seq
+                elif self._group_commit:
+                    self._failed = True
+                os.close(self._fd)
+                cond.notify_all()
+            _WRITERS.discard(self)
 
 
 # Writers open in this process, for the fork hook (weak: an unclosed log may be freed).

@@ -320,3 +320,69 @@ def _bad(data: bytes, head: Head | None = None) -> InvalidEvidenceError:
     with pytest.raises(InvalidEvidenceError) as info:
         verify_bytes(data, expect_head=head)
     return info.value
+
+
+# -- interrupts (KeyboardInterrupt, any async exception) around the write and the fsync --
+
+
+def test_interrupt_right_after_the_write_does_not_fork_the_chain(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "ev.jsonl"
+    log = EvidenceLog.open(path, fsync="never")
+    log.append("a", {})
+    real_write = os.write
+
+    def write_then_interrupt(fd: int, data: Any) -> int:
+        real_write(fd, data)
+        raise KeyboardInterrupt  # as if SIGINT landed as the syscall returned
+
+    monkeypatch.setattr(log_module.os, "write", write_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        log.append("b", {})
+    monkeypatch.undo()
+    # The line may be in the file while the log's state says otherwise: refuse, never
+    # write a second record with the same seq.
+    with pytest.raises(EvidenceError) as info:
+        log.append("c", {})
+    assert info.value.reason is EvidenceReason.FAILED
+    log.close()
+    verify(path)
+    with EvidenceLog.open(path) as again:
+        assert [r.kind for r in again] == ["genesis", "a", "b"]
+        again.append("c", {})
+
+
+def test_interrupted_group_commit_leader_does_not_hang_the_others(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "ev.jsonl"
+    log = EvidenceLog.open(path, fsync="batch")
+    calls: list[int] = []
+    real_fdatasync = os.fdatasync
+
+    def interrupted_once(fd: int) -> None:
+        calls.append(fd)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        real_fdatasync(fd)
+
+    monkeypatch.setattr(log_module.os, "fdatasync", interrupted_once)
+    with pytest.raises(KeyboardInterrupt):
+        log.append("a", {})
+    reasons: list[object] = []
+
+    def other() -> None:
+        try:
+            log.append("b", {})
+            reasons.append("acknowledged")
+        except EvidenceError as exc:
+            reasons.append(exc.reason)
+
+    for target in (other, log.close):
+        th = threading.Thread(target=target, daemon=True)
+        th.start()
+        th.join(timeout=CHILD_TIMEOUT_S)
+        assert not th.is_alive(), f"{target} hangs after an interrupted group fsync"
+    # Whether "a" reached the disk is unknown: the log refuses to acknowledge more.
+    assert reasons == [EvidenceReason.FAILED]
