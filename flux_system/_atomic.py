@@ -1,11 +1,12 @@
 """Atomic replacement of one name in a directory fd: temp file, fsync, ``renameat``.
 
-The temporary file is created with ``O_CREAT|O_EXCL|O_NOFOLLOW`` in the *same*
-directory fd as the destination (so the rename never crosses a file system and never
-goes through a symlink), filled, fsynced, and renamed over the name; then the
-directory is fsynced so the rename itself survives a crash. On any failure before the
-rename, ``BaseException`` included, the temporary file is unlinked: nothing partial
-is left.
+The new file is created in the *same* directory fd as the destination (so the rename
+never crosses a file system and never goes through a symlink): unnamed with
+``O_TMPFILE`` where the file system has it, filled, fsynced, linked to a temporary
+name and renamed over the name (a writer killed while filling leaves nothing); else
+as a named ``O_CREAT|O_EXCL|O_NOFOLLOW`` temporary file from the start. The directory
+is fsynced afterwards so the rename itself survives a crash. On any failure,
+``BaseException`` included, a temporary name is unlinked: nothing partial is left.
 
 Hard links: the rename replaces the *name*; an inode shared with another name
 (``st_nlink > 1``) is never modified — the other name keeps the old content.
@@ -14,7 +15,9 @@ Hard links: the rename replaces the *name*; an inode shared with another name
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import pathlib
 import stat
 from collections.abc import Callable
 
@@ -26,6 +29,9 @@ _MAX_TEMP_ATTEMPTS = 16  # O_EXCL name collisions tolerated before giving up
 _TEMP_STEM = 180  # bytes of the destination name kept in the temp name (NAME_MAX 255)
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _SYNC_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | os.O_NONBLOCK
+_O_TMPFILE = getattr(os, "O_TMPFILE", 0)  # Linux >= 3.11; 0: always the named fallback
+_TMPFILE = (os.O_WRONLY | os.O_CLOEXEC | _O_TMPFILE) if _O_TMPFILE else 0
+_PROC_FD = pathlib.Path("/proc/self/fd")
 
 
 def write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
@@ -74,6 +80,65 @@ def replace_atomically(
         if stat.S_ISREG(st.st_mode):
             keep = stat.S_IMODE(st.st_mode) & 0o777
     create_mode = 0o600 if keep is not None else (0o666 if mode is None else mode & 0o777)
+    fd = _open_anonymous(parentfd, create_mode)
+    if fd < 0:
+        _replace_named(parentfd, name, fill, keep, create_mode)
+    else:
+        _replace_anonymous(parentfd, fd, name, fill, keep)
+    _sync_dir(parentfd)
+
+
+def _fill_and_sync(fd: int, fill: Callable[[int], None], keep: int | None) -> None:
+    fill(fd)
+    if keep is not None:
+        os.fchmod(fd, keep)
+    os.fsync(fd)
+
+
+def _open_anonymous(parentfd: int, create_mode: int) -> int:
+    """An unnamed ``O_TMPFILE`` in *parentfd*, or -1 where the file system lacks it."""
+    if not _TMPFILE or not _PROC_FD.is_dir():
+        return -1
+    try:
+        return os.open(".", _TMPFILE, create_mode, dir_fd=parentfd)
+    except OSError as exc:
+        if exc.errno in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
+            return -1
+        raise
+
+
+def _replace_anonymous(
+    parentfd: int, fd: int, name: bytes, fill: Callable[[int], None], keep: int | None
+) -> None:
+    """Fill the unnamed *fd*, then give it a temporary name and rename that over *name*.
+
+    The file has no name while it is written, so a writer killed then (``SIGKILL``,
+    power loss) leaves nothing; only the two syscalls between ``linkat`` and the
+    rename can leave a temporary name behind.
+    """
+    try:
+        _fill_and_sync(fd, fill, keep)
+        tmp = _link_temp(parentfd, fd, name)
+    finally:
+        os.close(fd)
+    _rename_or_unlink(parentfd, tmp, name)
+
+
+def _link_temp(parentfd: int, fd: int, name: bytes) -> bytes:
+    for _ in range(_MAX_TEMP_ATTEMPTS):
+        tmp = _temp_name(name)
+        try:
+            os.link(f"/proc/self/fd/{fd}", tmp, dst_dir_fd=parentfd, follow_symlinks=True)
+            return tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no free temporary name")
+
+
+def _replace_named(
+    parentfd: int, name: bytes, fill: Callable[[int], None], keep: int | None, create_mode: int
+) -> None:
+    """The fallback without ``O_TMPFILE``: a named ``O_EXCL`` temp file from the start."""
     for _ in range(_MAX_TEMP_ATTEMPTS):
         tmp = _temp_name(name)
         try:
@@ -82,21 +147,26 @@ def replace_atomically(
         except FileExistsError:
             continue
     else:
-        raise FileExistsError("no free temporary name")
+        raise FileExistsError(errno.EEXIST, "no free temporary name")
     try:
         try:
-            fill(fd)
-            if keep is not None:
-                os.fchmod(fd, keep)
-            os.fsync(fd)
+            _fill_and_sync(fd, fill, keep)
         finally:
             os.close(fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=parentfd)
+        raise
+    _rename_or_unlink(parentfd, tmp, name)
+
+
+def _rename_or_unlink(parentfd: int, tmp: bytes, name: bytes) -> None:
+    try:
         os.rename(tmp, name, src_dir_fd=parentfd, dst_dir_fd=parentfd)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp, dir_fd=parentfd)
         raise
-    _sync_dir(parentfd)
 
 
 def _sync_dir(parentfd: int) -> None:

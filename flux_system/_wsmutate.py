@@ -62,7 +62,8 @@ class Mutations(WorkspaceBase):
         A temporary file is created ``O_EXCL`` in the destination directory's fd,
         written, fsynced and renamed over the name, and the directory is fsynced.
         Guarantee: readers see the old or the new content, never a mix; on any failure
-        nothing partial is left; once it returns, content and name survive a crash; the
+        nothing partial is left (a writer killed mid-write neither, where the file
+        system has ``O_TMPFILE``); once it returns, content and name survive a crash; the
         replaced file's permission bits are kept (setuid/setgid dropped; a new file
         gets ``0o666`` under the umask); an inode
         shared with another name is never modified (the name is replaced: the other

@@ -11,13 +11,18 @@ from __future__ import annotations
 import json
 import os
 import resource
+import select
 import shutil
+import signal
+import stat
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from flux_system import FluxSystemError, Workspace, WorkspaceError, WorkspaceReason
+import pytest
+
+from flux_system import FluxSystemError, Workspace, WorkspaceError, WorkspaceReason, _atomic
 from tests._capabilities import require
 from tests.flux_system._ws_support import in_child, resolver, root  # noqa: F401
 
@@ -140,6 +145,10 @@ def _listing(root: Path) -> list[str]:
     return sorted(p.name for p in root.iterdir())
 
 
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(os.lstat(path).st_mode)
+
+
 def test_write_past_file_size_limit_keeps_old_content(root: Path, resolver: str) -> None:
     (root / "f").write_bytes(b"old")
     (root / "big").write_bytes(b"b" * 5000)
@@ -248,3 +257,75 @@ def test_remove_recursive_deeper_than_the_fd_limit(root: Path, resolver: str) ->
             return ws.list_dir()
 
     assert in_child(child) == ["keep"]
+
+
+def test_writer_killed_mid_write_leaves_no_temp_file(root: Path, resolver: str) -> None:
+    require(_atomic._TMPFILE != 0, "O_TMPFILE")
+    (root / "f").write_bytes(b"old")
+    reader, writer = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: start an atomic replace whose fill never finishes; killed there
+        try:
+            os.close(reader)
+            ws = Workspace(root, resolver=resolver)
+
+            def fill(fd: int) -> None:
+                os.write(fd, b"partial")
+                os.write(writer, b"x")  # tell the parent: the temp file exists now
+                while True:
+                    select.select([], [], [])
+
+            ws._replace(
+                ws._main,
+                b"f",
+                display="f",
+                op="write_bytes",
+                fill=fill,
+                mode=None,
+                create_parents=False,
+            )
+        finally:
+            os._exit(1)
+    os.close(writer)
+    try:
+        assert os.read(reader, 1) == b"x"
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        os.close(reader)
+    assert _listing(root) == ["f"]
+    assert (root / "f").read_bytes() == b"old"
+
+
+def test_named_temp_fallback_keeps_the_write_rules(
+    root: Path, resolver: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the file system lacks O_TMPFILE, the named temp file keeps every rule."""
+    monkeypatch.setattr(_atomic, "_TMPFILE", 0)
+    (root / "f").write_bytes(b"old")
+    os.chmod(root / "f", 0o640)
+
+    def child() -> list[object]:
+        os.umask(0o077)
+        out: list[object] = []
+        with Workspace(root, resolver=resolver) as ws:
+            ws.write_bytes("f", b"new")
+            ws.write_bytes("n", b"n")
+            out += [_listing(root), (root / "f").read_bytes(), _mode(root / "f"), _mode(root / "n")]
+            resource.setrlimit(resource.RLIMIT_FSIZE, (1000, resource.RLIM_INFINITY))
+            try:
+                ws.write_bytes("f", b"x" * 5000)
+            except WorkspaceError as exc:
+                out.append(exc.reason)
+        out += [_listing(root), (root / "f").read_bytes()]
+        return out
+
+    assert in_child(child) == [
+        ["f", "n"],
+        b"new",
+        0o640,
+        0o600,
+        WorkspaceReason.TOO_LARGE,
+        ["f", "n"],
+        b"new",
+    ]
