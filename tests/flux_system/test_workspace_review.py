@@ -313,3 +313,47 @@ def test_max_length_names_replace_atomically(ws: Workspace, root: Path) -> None:
     ws.copy(name, name[:-1] + "y")
     assert sorted(p.name for p in root.iterdir()) == [name, name[:-1] + "y"]
     assert (root / name).read_bytes() == b"2"
+
+
+# --- trailing slashes -------------------------------------------------------------------
+
+
+def _slash_ops(ws: Workspace) -> dict[str, Callable[[str], object]]:
+    return {
+        "read_bytes": ws.read_bytes,
+        "append_bytes": lambda p: ws.append_bytes(p, b"+"),
+        "write_bytes": lambda p: ws.write_bytes(p, b"w"),
+        "mkdir": ws.mkdir,
+        "remove": ws.remove,
+        "remove_recursive": lambda p: ws.remove(p, recursive=True),
+        "rename_from": lambda p: ws.rename(p, "moved"),
+        "rename_to": lambda p: ws.rename("src", p),
+        "stat": ws.stat,
+        "copy_from": lambda p: ws.copy(p, "copied"),
+        "copy_to": lambda p: ws.copy("src", p),
+        "chmod": lambda p: ws.chmod(p, 0o644),
+        "symlink": lambda p: ws.symlink("src", p),
+        "list_dir": ws.list_dir,
+        "walk": ws.walk,
+    }
+
+
+def test_trailing_slash_on_file_or_escaping_link_is_refused_by_every_op(
+    ws: Workspace, root: Path, outside: Path
+) -> None:
+    (root / "f").write_bytes(b"F")
+    (root / "src").write_bytes(b"S")
+    (root / "lf").symlink_to("f")
+    (root / "out").symlink_to("../outside")
+    for name, call in _slash_ops(ws).items():
+        for path in ("f/", "lf/"):
+            with pytest.raises(WorkspaceError) as info:
+                call(path)
+            assert info.value.reason is WorkspaceReason.NOT_A_DIRECTORY, (name, path)
+        with pytest.raises(PathEscapeError) as escape:
+            call("out/")
+        assert escape.value.reason is ConfinementReason.ESCAPE, name
+    assert not ws.exists("f/")
+    assert sorted(p.name for p in root.iterdir()) == ["f", "lf", "out", "src"]
+    assert (root / "f").read_bytes() == b"F"
+    assert sorted(p.name for p in outside.iterdir()) == ["canary"]
