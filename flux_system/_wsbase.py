@@ -1,7 +1,7 @@
 """The core of :class:`~flux_system.Workspace`: roots, path attribution, resolution.
 
-Kept apart from the operations (:mod:`._workspace`, :mod:`._wsmutate`, :mod:`._wslink`) so each module
-stays small. Nothing here is public.
+Kept apart from the operations (:mod:`._workspace`, :mod:`._wsmutate`,
+:mod:`._wslink`) so each module stays small. Nothing here is public.
 """
 
 from __future__ import annotations
