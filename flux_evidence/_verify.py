@@ -30,14 +30,24 @@ class VerifyResult:
 
 
 def verify_bytes(
-    data: bytes,
+    data: bytes | bytearray | memoryview,
     *,
     expect_head: Head | None = None,
     checkpoint: Checkpoint | None = None,
     hmac_key: bytes | None = None,
     ed25519_public_key: Any = None,
 ) -> VerifyResult:
-    """Verify the bytes of a log (see :func:`verify`)."""
+    """Verify the bytes of a log (``bytes``, ``bytearray`` or ``memoryview``; see
+    :func:`verify`).
+
+    Raises:
+        TypeError: *data* is not bytes-like.
+        InvalidEvidenceError, EvidenceError: as :func:`verify`.
+    """
+    if not isinstance(data, bytes):
+        if not isinstance(data, bytearray | memoryview):
+            raise TypeError(f"data must be bytes, not {type(data).__name__}")
+        data = bytes(data)
     if checkpoint is not None and (
         type(checkpoint.size) is not int or checkpoint.size < 0 or not is_hex64(checkpoint.root)
     ):  # a checkpoint that cannot describe a tree must not pass as one

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from typing import Any
 
@@ -89,5 +90,19 @@ def _show(args: argparse.Namespace) -> int:
     except EvidenceError as exc:
         return _failed(exc)
     for record in records:
-        print(json.dumps(record.to_json(), sort_keys=True, ensure_ascii=False))
+        text = json.dumps(record.to_json(), sort_keys=True, ensure_ascii=False)
+        print(_TERMINAL_UNSAFE.sub(_escape, text))
     return EXIT_OK
+
+
+# Characters a terminal may act on or that hide or reorder text (C1 controls such as
+# U+009B CSI, bidi overrides and isolates, zero-width and line/paragraph separators):
+# logged values are attacker-influenced, so `show` prints them as JSON \u escapes. C0
+# controls are escaped by json.dumps already.
+_TERMINAL_UNSAFE = re.compile(
+    "[\u007f-\u009f\u00ad\u061c\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff\ufff9-\ufffb]"
+)
+
+
+def _escape(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group()):04x}"

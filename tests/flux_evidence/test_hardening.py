@@ -386,3 +386,15 @@ def test_interrupted_group_commit_leader_does_not_hang_the_others(
         assert not th.is_alive(), f"{target} hangs after an interrupted group fsync"
     # Whether "a" reached the disk is unknown: the log refuses to acknowledge more.
     assert reasons == [EvidenceReason.FAILED]
+
+
+@pytest.mark.parametrize("data", ["text", None, 5], ids=["str", "none", "int"])
+def test_verify_bytes_names_a_wrong_argument_type(data: Any) -> None:
+    with pytest.raises(TypeError, match="data"):
+        verify_bytes(data)
+
+
+def test_verify_bytes_accepts_bytes_like() -> None:
+    raw = MemoryEvidenceLog(log_id="b").to_bytes()
+    for data in (raw, bytearray(raw), memoryview(raw)):
+        assert verify_bytes(data).log_id == "b"

@@ -85,3 +85,23 @@ def test_show_refuses_tampered_log(tmp_path: Path) -> None:
     _make_log(path)
     path.write_bytes(path.read_bytes().replace(b'"i":3', b'"i":4'))
     assert main(["evidence", "show", str(path)]) == 1
+
+
+def test_show_escapes_terminal_controls_in_logged_values(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Logged data is attacker-influenced: `show` must not hand a terminal C1 controls
+    (U+009B is CSI), bidi overrides or line separators raw; it escapes them and the
+    output stays the same JSON."""
+    path = tmp_path / "ev.jsonl"
+    hostile = "ok\u009b2J\u202egnp.exe\u2028next\u200bé"
+    with EvidenceLog.open(path, fsync="never") as log:
+        log.append("tool", {"out": hostile}, session="s\u202e")
+    capsys.readouterr()
+    assert main(["evidence", "show", str(path), "--kind", "tool"]) == 0
+    out = capsys.readouterr().out
+    for raw in ("\u009b", "\u202e", "\u2028", "\u200b"):
+        assert raw not in out
+    assert "é" in out  # printable non-ASCII stays readable
+    (record,) = [json.loads(line) for line in out.splitlines()]
+    assert record["data"] == {"out": hostile} and record["session"] == "s\u202e"
