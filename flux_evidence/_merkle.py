@@ -138,6 +138,30 @@ def _check_proof_shape(proof: Sequence[bytes], op: str) -> None:
         raise _fail(op)
 
 
+def _fold(fn: int, sn: int, seed: bytes, path: Sequence[bytes], op: str) -> tuple[bytes, bytes]:
+    """The proof fold shared by RFC 9162 §2.1.3.2 (inclusion: the second result is the
+    root) and §2.1.4.2 (consistency: the old root and the new one). Consumes *path*
+    exactly: a path longer or shorter than the one from ``fn`` up to ``sn`` fails."""
+    fr = sr = seed
+    for c in path:
+        if sn == 0:
+            raise _fail(op)  # proof longer than the path
+        if fn & 1 or fn == sn:
+            fr = node_hash(c, fr)
+            sr = node_hash(c, sr)
+            if not fn & 1:
+                while fn & 1 == 0 and fn != 0:
+                    fn >>= 1
+                    sn >>= 1
+        else:
+            sr = node_hash(sr, c)
+        fn >>= 1
+        sn >>= 1
+    if sn != 0:
+        raise _fail(op)  # proof shorter than the path
+    return fr, sr
+
+
 def verify_inclusion(
     leaf: bytes, index: int, size: int, proof: Sequence[bytes], root: bytes, *, hashed: bool = False
 ) -> None:
@@ -155,22 +179,8 @@ def verify_inclusion(
         raise _fail(op)
     if hashed and len(leaf) != HASH_SIZE:
         raise _fail(op)
-    fn, sn = index, size - 1
-    r = leaf if hashed else leaf_hash(leaf)
-    for p in proof:
-        if sn == 0:
-            raise _fail(op)  # proof longer than the path
-        if fn & 1 or fn == sn:
-            r = node_hash(p, r)
-            if not fn & 1:
-                while fn & 1 == 0 and fn != 0:
-                    fn >>= 1
-                    sn >>= 1
-        else:
-            r = node_hash(r, p)
-        fn >>= 1
-        sn >>= 1
-    if sn != 0 or not hmac.compare_digest(r, root):
+    _, r = _fold(index, size - 1, leaf if hashed else leaf_hash(leaf), proof, op)
+    if not hmac.compare_digest(r, root):
         raise _fail(op)
 
 
@@ -206,20 +216,6 @@ def verify_consistency(
     while fn & 1:
         fn >>= 1
         sn >>= 1
-    fr = sr = path[0]
-    for c in path[1:]:
-        if sn == 0:
-            raise _fail(op)
-        if fn & 1 or fn == sn:
-            fr = node_hash(c, fr)
-            sr = node_hash(c, sr)
-            if not fn & 1:
-                while fn & 1 == 0 and fn != 0:
-                    fn >>= 1
-                    sn >>= 1
-        else:
-            sr = node_hash(sr, c)
-        fn >>= 1
-        sn >>= 1
-    if sn != 0 or not hmac.compare_digest(fr, old_root) or not hmac.compare_digest(sr, new_root):
+    fr, sr = _fold(fn, sn, path[0], path[1:], op)
+    if not hmac.compare_digest(fr, old_root) or not hmac.compare_digest(sr, new_root):
         raise _fail(op)
