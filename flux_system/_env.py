@@ -20,7 +20,7 @@ from collections.abc import Mapping
 
 from flux_system._exceptions import ProcessReason, SpawnError
 
-__all__ = ["DEFAULT_ENV_ALLOWLIST", "DENIED_HOOKS", "build_env", "resolve_argv0"]
+__all__ = ["DEFAULT_ENV_ALLOWLIST", "DENIED_HOOKS", "build_env", "over", "resolve_argv0"]
 
 DEFAULT_ENV_ALLOWLIST: frozenset[str] = frozenset(
     {
@@ -169,7 +169,11 @@ def build_env(
     caller_env: Mapping[str, str] | None,
     parent_env: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
-    """Return the child's environment: empty, plus the allow-list, plus *caller_env* last."""
+    """Return the child's environment: empty, plus the allow-list, plus *caller_env* last.
+
+    The allow-listed part is read from *parent_env* (default ``os.environ``) now: a
+    ``System`` calls this once at creation and reuses the result (see :func:`over`).
+    """
     parent = os.environ if parent_env is None else parent_env
     env: dict[str, str] = {}
     for name in allowlist.intersection(parent):  # one pass, no lookups of absent names
@@ -178,6 +182,20 @@ def build_env(
         value = parent.get(name)  # present a moment ago; another thread may unset it
         if value is not None and "\0" not in value:
             env[name] = _absolute_entries(value) if name == "PATH" else value
+    return over(env, caller_env)
+
+
+def over(base: Mapping[str, str], caller_env: Mapping[str, str] | None) -> dict[str, str]:
+    """A new dict: *base* (an allow-listed snapshot) with *caller_env* applied last.
+
+    *base* itself is never modified, so a ``System`` builds its allow-listed part once
+    (at creation) and each child gets its own copy.
+
+    Raises:
+        TypeError: *caller_env* is not a mapping of str to str.
+        SpawnError: ``INVALID_ENV`` (the pair is never named).
+    """
+    env = dict(base)
     if caller_env is not None:
         if not isinstance(caller_env, Mapping):
             raise TypeError("env must be a mapping of str to str")

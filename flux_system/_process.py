@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from flux_system._cgroup import CgroupPool, remove_leftovers
 from flux_system._child import ManagedChild
 from flux_system._drain import Capture, LineObserver
-from flux_system._env import DEFAULT_ENV_ALLOWLIST
+from flux_system._env import DEFAULT_ENV_ALLOWLIST, build_env
 from flux_system._exceptions import (
     ProcessError,
     ProcessReason,
@@ -82,7 +82,10 @@ class System:
     Args:
         ws: the workspace whose root pins every child's cwd.
         sandbox: must be ``None`` for now; anything else fails closed.
-        env_allowlist: variable names copied from this process's environment.
+        env_allowlist: variable names copied from this process's environment. They
+            are copied once, when the ``System`` is created: later changes to
+            ``os.environ`` do not reach its children (pass ``env`` per call, or create
+            a new ``System``). The per-call ``env`` is applied over that snapshot.
         output_cap: bytes kept per stream of a ``run`` (default 1 MiB).
         max_children: cap on children running at once (``None``: no cap).
         privileges: no_new_privs / uid-gid drop / umask for every child.
@@ -125,7 +128,8 @@ class System:
         if privileges is not None and not isinstance(privileges, Privileges):
             raise TypeError("privileges must be a Privileges")
         self._ws = ws
-        self._allowlist = frozenset(env_allowlist)
+        # Snapshot (built once: the hot path copies it instead of scanning os.environ).
+        self._base_env = build_env(frozenset(env_allowlist), None)
         self._cap = output_cap
         self._max = max_children
         self._priv = privileges or Privileges()
@@ -165,7 +169,7 @@ class System:
                 )
             self._slots += 1
         spec = SpawnSpec(
-            items, env, self._allowlist, cwd, stdin is not None, limits, self._priv, self._cgroups
+            items, env, self._base_env, cwd, stdin is not None, limits, self._priv, self._cgroups
         )
         try:
             return _build_spawn(spec, self._ws)

@@ -8,7 +8,8 @@ done by ``_posixsubprocess`` itself. Only rlimits and ``no_new_privs`` need a
 ``preexec_fn``, paid when asked.
 
 Guarantee: the child gets only fds 0/1/2 (``close_fds``), an environment built by
-:func:`flux_system._env.build_env`, its own session and process group (``setsid``: no
+:func:`flux_system._env.build_env` (the allow-listed part snapshotted when the ``System``
+was created) and :func:`~flux_system._env.over`, its own session and process group (``setsid``: no
 controlling terminal, so no ``/dev/tty`` and no ``TIOCSTI`` into the caller's
 terminal) and (when the host allows) its own pids cgroup; an error leaves no process
 and no fd behind.
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 
 from flux_system._cgroup import CgroupPool
 from flux_system._drain import devnull
-from flux_system._env import build_env, resolve_argv0
+from flux_system._env import over, resolve_argv0
 from flux_system._exceptions import ProcessError, ProcessReason, SpawnError
 from flux_system._limits import Limits, Privileges, make_preexec
 from flux_system._reap import Tree, ensure_subreaper
@@ -45,7 +46,7 @@ class DirAuthority(typing.Protocol):
 class SpawnSpec:
     argv: tuple[str, ...]
     env: Mapping[str, str] | None
-    allowlist: frozenset[str]
+    base_env: Mapping[str, str]  # the allow-listed snapshot; never modified
     cwd: str
     with_stdin: bool
     limits: Limits | None
@@ -139,7 +140,7 @@ def _build_spawn(spec: SpawnSpec, ws: DirAuthority) -> Spawned:
         ConfinementError, WorkspaceError: the cwd was refused by the workspace.
     """
     target = spec.argv[0]
-    env = build_env(spec.allowlist, spec.env)
+    env = over(spec.base_env, spec.env)
     executable = resolve_argv0(target, env)
     limits = spec.limits
     priv = spec.privileges
