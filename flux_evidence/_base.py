@@ -1,7 +1,8 @@
 """What every evidence log shares: record building, queries, heads and proofs.
 
 Subclasses supply ``_commit(line, seq)`` (hand the line to storage) and may override
-``_after_commit(seq)`` (wait for durability outside the append lock) and ``_close()``.
+``_join_group()`` / ``_after_commit(ticket)`` (group commit: join a group under the
+append lock, wait for its durability outside it) and ``_close()``.
 """
 
 from __future__ import annotations
@@ -51,19 +52,17 @@ class LogBase:
         # unknown, so nothing more is appended (reopening the log re-reads the truth).
         self._failed = False
         self._readonly = False
-        self._group_commit = False  # the three hooks below are called only when True
+        self._group_commit = False  # the two group hooks below are called only when True
 
     # -- storage hooks -------------------------------------------------------------
     def _commit(self, line: bytes, seq: int) -> None:
         raise NotImplementedError
 
-    def _begin_append(self) -> None:
-        """Group commit: an append starts (counts appenders in flight)."""
+    def _join_group(self) -> Any:
+        """Group commit: called under the append lock right after the record is
+        committed; returns a ticket for :meth:`_after_commit`."""
 
-    def _end_write(self) -> None:
-        """Group commit: that append's write is done or abandoned."""
-
-    def _after_commit(self, seq: int) -> None:
+    def _after_commit(self, ticket: Any) -> None:
         """Group commit: wait for durability, after the append lock is released."""
 
     def _close(self) -> None:
@@ -177,22 +176,16 @@ class LogBase:
                 op="append",
                 reason=EvidenceReason.BAD_ARGUMENT,
             )
-        group = self._group_commit
-        if group:
-            self._begin_append()
-        try:
-            raw, copy = encode_data(data)
-            with self._lock:
-                if self._closed or self._readonly or self._failed:  # (forked: closed)
-                    self._check_writable("append")
-                record = self._append_locked(
-                    kind, raw, copy, session=session, turn=turn, actor=actor
-                )
-        finally:
-            if group:
-                self._end_write()
-        if group:
-            self._after_commit(record.seq)
+        raw, copy = encode_data(data)
+        ticket = None
+        with self._lock:
+            if self._closed or self._readonly or self._failed:  # (forked: closed)
+                self._check_writable("append")
+            record = self._append_locked(kind, raw, copy, session=session, turn=turn, actor=actor)
+            if self._group_commit:
+                ticket = self._join_group()
+        if ticket is not None:
+            self._after_commit(ticket)
         return record
 
     def query(

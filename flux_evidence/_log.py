@@ -7,14 +7,14 @@ import fcntl
 import hashlib
 import os
 import threading
-import time
 import typing
 import weakref
-from typing import Literal, Self
+from typing import Any, Literal, Self
 
 from ._base import Clock, LogBase
 from ._exceptions import EvidenceError, EvidenceReason, LogLockedError
 from ._fileio import fsync_dir, io_error, open_log_fd, read_all, write_all
+from ._group import GroupCommit
 from ._record import check_log_id
 from ._scan import scan
 
@@ -22,9 +22,6 @@ __all__ = ["EvidenceLog", "FsyncMode"]
 
 FsyncMode = Literal["always", "batch", "never"]
 _MODES = ("always", "batch", "never")
-# Group commit: how long a leader waits, at most, for appends already under way to
-# finish their write before it fsyncs. Bounds the latency added to one append.
-_GROUP_WAIT_S = 0.002
 
 
 @typing.final
@@ -34,8 +31,8 @@ class EvidenceLog(LogBase):
     Open with :meth:`open`. Durability modes: ``never`` hands each record to the kernel
     with one ``write`` (no user-space buffer: a killed process loses at most the record
     in flight; a power loss may lose more); ``always`` fsyncs every append before it
-    returns; ``batch`` is group commit — concurrent appenders share one fsync and each
-    ``append`` returns only once its record is durable.
+    returns; ``batch`` is group commit — concurrent appenders share one write and one
+    fsync, and each ``append`` returns only once its record is durable.
 
     Guarantee: one writer per file (``flock``), lines never interleave; the whole file
     is verified on open, so a writer never extends a log that does not verify. A forked
@@ -53,15 +50,9 @@ class EvidenceLog(LogBase):
         self._always = _fsync == "always"
         self._group_commit = _fsync == "batch"
         self._size = 0  # bytes of complete lines in the file
-        # group commit state (batch mode)
-        sync_lock = threading.Lock()
-        self._sync_cond = threading.Condition(sync_lock)  # followers wait for durability
-        self._syncing = False
-        self._written_seq = -1
-        self._synced_seq = -1
-        self._fsyncs = 0  # group-commit fsyncs issued (observability for tests)
-        self._in_flight = 0  # batch: appends started whose write is not done yet
-        self._drained = threading.Condition(sync_lock)  # a leader waits for writes in flight
+        # batch mode, once the log is loaded: lines are queued for the group's leader
+        self._buffering = False
+        self._groups = GroupCommit(self._lock, self._write_group, self._sync, self._set_failed)
 
     @classmethod
     def open(
@@ -150,10 +141,18 @@ class EvidenceLog(LogBase):
                 fsync_dir(path)
             except OSError as exc:
                 raise io_error("open", exc) from exc
-        self._written_seq = self._synced_seq = len(self._records) - 1
+        self._buffering = self._group_commit
+
+    @property
+    def _fsyncs(self) -> int:
+        """Group-commit flushes issued so far (observability for tests)."""
+        return self._groups.fsyncs
 
     # -- storage ----------------------------------------------------------------
     def _commit(self, line: bytes, seq: int) -> None:
+        if self._buffering:  # batch: the group's leader writes it (see _group.py)
+            self._groups.add(line)
+            return
         try:
             written = os.write(self._fd, line)
             if written != len(line):  # short only on ENOSPC/EFBIG & co.: finish or raise
@@ -164,7 +163,6 @@ class EvidenceLog(LogBase):
         self._size += len(line)
         if self._always:
             self._fsync_now("append")
-        self._written_seq = seq
 
     def _undo_partial(self) -> None:
         """Cut a partially written line; if even that fails, refuse all later appends."""
@@ -180,60 +178,35 @@ class EvidenceLog(LogBase):
             self._failed = True  # fsync failure: page state unknown, never retried
             raise io_error(op, exc) from exc
 
-    def _begin_append(self) -> None:
-        with self._sync_cond:
-            self._in_flight += 1
+    def _join_group(self) -> Any:
+        return self._groups.join()
 
-    def _end_write(self) -> None:
-        with self._sync_cond:
-            self._in_flight -= 1
-            if self._in_flight == 0:
-                self._drained.notify_all()
+    def _after_commit(self, ticket: Any) -> None:
+        """Group commit: return once the record is durable, i.e. written by its group's
+        leader and covered by an fdatasync that started after that write returned."""
+        self._groups.wait(ticket)
 
-    def _after_commit(self, seq: int) -> None:
-        """Group commit: return once *seq* is durable; one thread fsyncs for all.
+    def _set_failed(self) -> None:
+        self._failed = True
 
-        Durable means covered by an fsync that started after the record's write had
-        completed: the leader reads ``_written_seq`` (set after each write returns)
-        before it starts its fsync, and only that value is marked synced. A leader that
-        fails or is interrupted (any exception) poisons the log and wakes the others.
-        """
-        cond = self._sync_cond
-        with cond:
-            while True:
-                if self._synced_seq >= seq:
-                    return
-                if self._failed:
-                    raise EvidenceError("fsync failed", op="append", reason=EvidenceReason.FAILED)
-                if not self._syncing:
-                    break
-                cond.wait()
-            self._syncing = True  # this thread leads
-        synced = False
+    def _write_group(self, data: bytes) -> None:
+        """Leader of a group: write its lines with one write (in chain order: one
+        leader writes at a time). A partial write is cut back when possible; the log is
+        FAILED anyway (the group's records are already chained in memory)."""
+        if not data:
+            return
         try:
-            with cond:
-                # Let appends already under way finish their write so they ride this
-                # fsync (else groups settle at about half the appenders).
-                deadline = time.monotonic() + _GROUP_WAIT_S
-                while self._in_flight > 0:
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        break
-                    self._drained.wait(remaining)
-                target = self._written_seq  # every write up to here is complete
-            self._fsyncs += 1
+            write_all(self._fd, data)
+        except OSError as exc:
+            self._undo_partial()
+            raise io_error("append", exc) from exc
+        self._size += len(data)
+
+    def _sync(self) -> None:
+        try:
             os.fdatasync(self._fd)
-            synced = True
         except OSError as exc:
             raise io_error("append", exc) from exc
-        finally:
-            with cond:
-                self._syncing = False
-                if synced:
-                    self._synced_seq = max(self._synced_seq, target)
-                else:
-                    self._failed = True  # outcome of the fsync unknown: never retried
-                cond.notify_all()
 
     def _abandon_in_child(self) -> None:
         """After fork, in the child: this process is not the writer. The lock belongs to
@@ -241,43 +214,30 @@ class EvidenceLog(LogBase):
         child): drop the child's descriptor, so that only the parent's close releases
         the lock, and refuse appends as FORKED. Locks are replaced, not reused: another
         thread of the parent may have held them at the fork."""
-        sync_lock = threading.Lock()
         self._lock = threading.Lock()
-        self._sync_cond = threading.Condition(sync_lock)
-        self._drained = threading.Condition(sync_lock)
-        self._syncing = True  # no group-commit leader, ever
+        self._groups = GroupCommit(self._lock, self._write_group, self._sync, self._set_failed)
+        self._groups.stop()  # no group commit, ever
         self._forked = self._closed = True
         with contextlib.suppress(OSError):
             os.close(self._fd)
 
     def _close(self) -> None:
-        """Make every written record durable (unless ``never``), then close the fd.
+        """Make every appended record durable (unless ``never``), then close the fd.
 
-        Batch followers still waiting are released by this final fsync: it is issued in
-        the leader's role, so no other thread can fsync a closed (or reused) fd. Only a
-        successful fsync marks records synced; a failed or skipped one (a log already
-        failed) leaves followers to get FAILED. The fd is closed whatever happens.
+        Batch mode first waits until every queued group is flushed and takes the
+        leader's role for good, so no other thread can write to or fsync a closed (or
+        reused) fd. A failed final fsync is not raised by close; appenders still
+        waiting get FAILED. The fd is closed whatever happens after that.
         """
-        cond = self._sync_cond
-        with cond:
-            while self._syncing:
-                cond.wait()
-            self._syncing = True  # for good: no leader may start once the fd is closed
-        synced = False
+        if self._group_commit:
+            self._groups.finish()
         try:
             if not self._readonly and not self._failed and self._fsync != "never":
                 os.fdatasync(self._fd)
-                synced = True
         except OSError:
-            pass  # reported as FAILED to any follower; close itself does not raise
+            self._failed = True  # close itself does not raise
         finally:
-            with cond:
-                if synced:
-                    self._synced_seq = self._written_seq
-                elif self._group_commit:
-                    self._failed = True
-                os.close(self._fd)
-                cond.notify_all()
+            os.close(self._fd)
             _WRITERS.discard(self)
 
 
