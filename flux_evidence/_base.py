@@ -209,7 +209,12 @@ class LogBase:
         return len(self._records)
 
     def head(self) -> Head:
-        """The current head (record count and last record hash), for ``expect_head``."""
+        """The current head (record count and last record hash), for ``expect_head``.
+
+        Not guaranteed: with ``fsync="batch"``, records of a group still being flushed
+        are already counted (their ``append`` has not returned yet). Take a head for a
+        later ``verify`` after the appends it should cover have returned.
+        """
         with self._lock:
             return Head(len(self._records), self._prev if self._records else EMPTY_HASH)
 
