@@ -29,7 +29,7 @@ import signal
 import threading
 import time
 import typing
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 from flux_system._cgroup import CgroupPool, Lease, pids_hierarchy_available
 
@@ -194,7 +194,7 @@ def _reap_unseen_zombies(lease: Lease) -> None:
 class Tree:
     """The processes of one child's tree (internal; created by the spawn builder).
 
-    Life: ``Tree(pool)`` → fork inside :meth:`entered` → :meth:`started` →
+    Life: ``Tree(pool)`` → fork between :meth:`enter` and :meth:`leave` → :meth:`started` →
     :meth:`kill` (any thread, any number of times) → :meth:`reap` (once, by the
     owner) → :meth:`release`.
     """
@@ -229,22 +229,24 @@ class Tree:
         self._lease = lease
         self.contained = lease is not None
 
-    @contextlib.contextmanager
-    def entered(self) -> Iterator[None]:
-        """Run the fork inside the tree's cgroup: move this thread in, then back out."""
+    def enter(self) -> None:
+        """Move this thread into the tree's cgroup for the fork; :meth:`leave` after.
+
+        Not a context manager (hot path): callers pair it with ``try``/``finally``.
+        """
+        lease = self._lease
+        if lease is not None:
+            lease.enter(b"%d" % threading.get_native_id())
+
+    def leave(self) -> None:
+        """Move this thread back to our own cgroup (after the fork, success or not)."""
         lease = self._lease
         if lease is None:
-            yield
             return
-        tid = b"%d" % threading.get_native_id()
-        lease.enter(tid)
-        try:
-            yield
-        finally:
-            os.write(self._pool.home(), tid)
-            if self._nproc is not None:
-                with contextlib.suppress(OSError):
-                    lease.set_max(self._nproc)
+        os.write(self._pool.home(), b"%d" % threading.get_native_id())
+        if self._nproc is not None:
+            with contextlib.suppress(OSError):
+                lease.set_max(self._nproc)
 
     def started(self, pid: int, pidfd: int) -> None:
         """Record the leader: its pid is the tree's pgid; *pidfd* pins its identity."""

@@ -17,7 +17,6 @@ and no fd behind.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import fcntl
 import os
@@ -75,8 +74,10 @@ class Spawned:
     def close_fds(self) -> None:
         for fd in (self.stdin_fd, self.stdin_probe, self.stdout_fd, self.stderr_fd, self.pidfd):
             if fd is not None and fd >= 0:
-                with contextlib.suppress(OSError):
+                try:  # noqa: SIM105 - not contextlib.suppress: every run's hot path
                     os.close(fd)
+                except OSError:
+                    pass
         self.stdin_fd = self.stdin_probe = None
         self.stdout_fd = self.stderr_fd = self.pidfd = -1
 
@@ -186,7 +187,8 @@ def _build_spawn(spec: SpawnSpec, ws: DirAuthority) -> Spawned:
                 f"spawn failed: {exc.strerror}", op="run", target=target, reason=_SPAWN_FAILED
             ) from exc
         cwd_link = f"/proc/self/fd/{cwd_fd}"
-        with tree.entered():
+        tree.enter()  # this thread joins the tree's cgroup: the child is born inside
+        try:
             try:
                 popen = subprocess.Popen(
                     spec.argv,
@@ -206,6 +208,8 @@ def _build_spawn(spec: SpawnSpec, ws: DirAuthority) -> Spawned:
                 )
             except (OSError, subprocess.SubprocessError) as exc:
                 raise _translate(exc, target, cwd_link) from exc
+        finally:
+            tree.leave()
         try:
             pidfd = os.pidfd_open(popen.pid)
         except OSError as exc:  # pragma: no cover - pidfd_open on a just-forked child
