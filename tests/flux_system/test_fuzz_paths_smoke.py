@@ -7,29 +7,20 @@ fixed number of runs. A negative control shows the harness notices an escape.
 
 from __future__ import annotations
 
-import importlib.util
 import random
-import subprocess
-import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-from tests._capabilities import require
+from tests._fuzz import load_harness, run_atheris
 
-HARNESS = Path(__file__).resolve().parents[2] / "fuzz" / "fuzz_workspace_paths.py"
 ALPHABET = ["/", "..", ".", "//", "esc", "abs", "chain1", "loop1", "proc", "fdlink", "dir",
             "sub", "up", "@named", "a.txt", "\x00", "\n", "\u00e9", "~", "*", " "]  # fmt: skip
 RUNS = 400  # each input runs 3 reads x 2 resolvers plus writes; a few seconds at most
 
 
 def _harness() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("fuzz_workspace_paths", HARNESS)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_harness("fuzz_workspace_paths")
 
 
 def _mutate(rng: random.Random, text: str) -> str:
@@ -65,16 +56,4 @@ def test_harness_catches_an_escape() -> None:
 
 
 def test_atheris_runs_the_harness() -> None:
-    try:
-        import atheris  # noqa: F401
-    except ImportError:
-        require(False, "atheris")
-    done = subprocess.run(
-        [sys.executable, str(HARNESS), "-runs=200", "-seed=1"],
-        capture_output=True,
-        timeout=120,
-        cwd=HARNESS.parent.parent,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert b"Done 200 runs" in done.stderr
+    run_atheris("fuzz_workspace_paths", runs=200)

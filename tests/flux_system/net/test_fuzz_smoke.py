@@ -6,16 +6,11 @@ seed corpus. Out of process: atheris itself for a fixed number of runs.
 
 from __future__ import annotations
 
-import importlib.util
 import random
-import subprocess
-import sys
-from pathlib import Path
 from types import ModuleType
 
-from tests._capabilities import require
+from tests._fuzz import load_harness, run_atheris
 
-HARNESS = Path(__file__).resolve().parents[3] / "fuzz" / "fuzz_url_guard.py"
 ALPHABET = [
     "@", "\\", "%", "%25", ":", "[", "]", ".", "..", "0x", "0", "07", "\u3002", "\uff0e",
     "\x00", "\t", " ", "#", "?", "/", "xn--", "::ffff:", "127", "255", "localhost",
@@ -25,11 +20,7 @@ RUNS = 3000  # a few seconds at most; the real hunting is `python fuzz/fuzz_url_
 
 
 def _harness() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("fuzz_url_guard", HARNESS)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_harness("fuzz_url_guard")
 
 
 def _mutate(rng: random.Random, text: str) -> str:
@@ -87,16 +78,4 @@ def test_harness_catches_a_broken_guard() -> None:
 
 
 def test_atheris_runs_the_harness() -> None:
-    try:
-        import atheris  # noqa: F401
-    except ImportError:
-        require(False, "atheris")
-    done = subprocess.run(
-        [sys.executable, str(HARNESS), "-runs=400", "-seed=1"],
-        capture_output=True,
-        timeout=60,
-        cwd=HARNESS.parent.parent,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert b"Done 400 runs" in done.stderr
+    run_atheris("fuzz_url_guard", runs=400, timeout=60)
