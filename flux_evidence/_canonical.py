@@ -54,6 +54,12 @@ else:  # pragma: no cover - CPython always has the C accelerator
         """Canonical JSON text of *value* (exceptions propagate)."""
         return _ENCODER.encode(value)
 
+    def _C_ENCODE(value: Any, _level: int) -> list[str]:  # stands in for the C encoder
+        return [_ENCODER.encode(value)]
+
+
+_join = "".join
+
 
 encode_label = json.encoder.encode_basestring
 
@@ -123,7 +129,7 @@ def encode_data(data: Any) -> tuple[bytes, Any]:
         EvidenceError: reason UNENCODABLE.
     """
     try:
-        text = encode_str(data)
+        text = _join(_C_ENCODE(data, 0))  # encode_str, inlined (hot path)
         copy, end = scan_value(text, 0)  # our encoder's output: one JSON value
         same = end == len(text) and bool(copy == data)  # tuple != list, {1: x} != {"1": x}
         raw = text.encode("utf-8")  # a lone surrogate: UnicodeEncodeError

@@ -177,30 +177,35 @@ def _unencodable(what: str) -> EvidenceError:
     return EvidenceError(what, op="append", reason=EvidenceReason.UNENCODABLE)
 
 
-# Encoded labels (kind/session/actor) by value: agents repeat a handful of them. Bounded
-# so that callers using unbounded distinct labels cannot grow it without limit.
-_LABEL_CACHE: dict[str, bytes] = {}
-_LABEL_CACHE_MAX = 4096
+# Encoded labels by (kind, session, actor): agents repeat a handful of combinations, so
+# one lookup replaces three encodings. Only checked, encodable labels are cached (the
+# key's types are checked before the lookup, so no caller-defined __hash__/__eq__ runs).
+# Bounded so that callers using unbounded distinct labels cannot grow it without limit.
+_LABELS: dict[tuple[str, str | None, str | None], tuple[bytes, bytes, bytes]] = {}
+_LABELS_MAX = 4096
 
 
 def _label(value: str | None, what: str) -> bytes:
     """The canonical JSON bytes of a label (None or a str of bounded length)."""
     if value is None:
         return b"null"
-    if type(value) is str:
-        cached = _LABEL_CACHE.get(value)
-        if cached is not None:
-            return cached
-        if len(value) <= MAX_LABEL_CHARS:
-            try:
-                encoded = encode_label(value).encode("utf-8")
-            except UnicodeEncodeError as exc:  # a lone surrogate
-                raise _unencodable(f"{what} is not valid Unicode") from exc
-            if len(_LABEL_CACHE) >= _LABEL_CACHE_MAX:
-                _LABEL_CACHE.clear()
-            _LABEL_CACHE[value] = encoded
-            return encoded
+    if type(value) is str and len(value) <= MAX_LABEL_CHARS:
+        try:
+            return encode_label(value).encode("utf-8")
+        except UnicodeEncodeError as exc:  # a lone surrogate
+            raise _unencodable(f"{what} is not valid Unicode") from exc
     raise _unencodable(f"{what} must be None or a str of at most {MAX_LABEL_CHARS} chars")
+
+
+def _new_labels(kind: str, session: str | None, actor: str | None) -> tuple[bytes, bytes, bytes]:
+    """Check and encode (actor, kind, session) and cache the result."""
+    if type(kind) is not str or not kind:
+        raise _unencodable(f"kind must be a non-empty str of at most {MAX_LABEL_CHARS} chars")
+    labels = (_label(actor, "actor"), _label(kind, "kind"), _label(session, "session"))
+    if len(_LABELS) >= _LABELS_MAX:
+        _LABELS.clear()
+    _LABELS[kind, session, actor] = labels
+    return labels
 
 
 # The envelope after "data", in canonical key order, with the "hash" field left out.
@@ -235,19 +240,26 @@ def build_record(  # noqa: PLR0917 - per-record hot path: positional call
         EvidenceError: reason UNENCODABLE for a bad field (wrong type, empty kind, lone
             surrogate, an int beyond the digit limit), TOO_LARGE over MAX_LINE_BYTES.
     """
-    if type(kind) is not str or not kind:
-        raise _unencodable(f"kind must be a non-empty str of at most {MAX_LABEL_CHARS} chars")
     if type(seq) is not int or type(ts) is not int:
         raise _unencodable("seq and ts must be int")
     if turn is not None and type(turn) is not int:
         raise _unencodable("turn must be None or an int")
+    labels = None
+    if (
+        type(kind) is str
+        and (session is None or type(session) is str)
+        and (actor is None or type(actor) is str)
+    ):  # only then is the key hashed and compared (str and None: no caller code runs)
+        labels = _LABELS.get((kind, session, actor))
+    if labels is None:
+        labels = _new_labels(kind, session, actor)  # checks, raises or caches
     try:
-        head = b'{"actor":%b,"data":%b' % (_label(actor, "actor"), data)
+        head = b'{"actor":%b,"data":%b' % (labels[0], data)
         tail = _TAIL % (
-            _label(kind, "kind"),
+            labels[1],
             prev_hash.encode(),
             seq,
-            _label(session, "session"),
+            labels[2],
             ts,
             b"null" if turn is None else b"%d" % turn,
         )
