@@ -402,3 +402,22 @@ def test_verify_bytes_accepts_bytes_like() -> None:
     raw = MemoryEvidenceLog(log_id="b").to_bytes()
     for data in (raw, bytearray(raw), memoryview(raw)):
         assert verify_bytes(data).log_id == "b"
+
+
+class _Label(str):
+    """A str subclass equal (and hash-equal) to a plain label."""
+
+
+@pytest.mark.parametrize("field", ["kind", "session", "actor"])
+def test_label_of_a_str_subclass_is_refused_even_when_an_equal_label_is_cached(
+    field: str,
+) -> None:
+    log = MemoryEvidenceLog()
+    labels: dict[str, Any] = {"kind": "tool_call", "session": "s", "actor": "a"}
+    log.append(labels["kind"], {}, session=labels["session"], actor=labels["actor"])
+    labels[field] = _Label(labels[field])
+    with pytest.raises(EvidenceError) as info:
+        log.append(labels["kind"], {}, session=labels["session"], actor=labels["actor"])
+    assert info.value.reason is EvidenceReason.UNENCODABLE
+    assert len(log) == 2  # genesis + the first record; nothing partial
+    assert verify_bytes(log.to_bytes()).head.size == 2  # raises if the chain is broken
