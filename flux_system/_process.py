@@ -227,28 +227,43 @@ class System:
         """
         sp = self._start(argv, env, data, cwd, limits)
         sess: Session | None = None
-        key = 0
         try:
-            out = Capture("stdout", self._cap, observer)
-            err = Capture("stderr", self._cap, observer)
-            sess = Session(sp, data, out, err)
-            key = id(sess)
-            with self._lock:
-                self._live[key] = sess
-                closed = self._closed  # close() ran after admission: it could not see sess
-            if closed:
-                raise ProcessError("System is closed", op="run", reason=ProcessReason.CLOSED)
+            sess, out, err = self._admit(sp, data, observer)
             yield sess, out, err
         except BaseException:
-            if sess is None:  # interrupted before the session existed: the same cleanup
-                sess = Session(sp, None, Capture("stdout", 0, None), Capture("stderr", 0, None))
-            sess.kill()
-            sess.finish()
+            self._abort(sp, sess)
             raise
         finally:
-            with self._lock:
-                self._live.pop(key, None)
-            self._release()
+            self._leave(sess)
+
+    def _admit(
+        self, sp: Spawned, data: bytes | None, observer: LineObserver | None
+    ) -> tuple[Session, Capture, Capture]:
+        """Make the session of started *sp* and list it live (``close()`` sees it)."""
+        out = Capture("stdout", self._cap, observer)
+        err = Capture("stderr", self._cap, observer)
+        sess = Session(sp, data, out, err)
+        with self._lock:
+            self._live[id(sess)] = sess
+            closed = self._closed  # close() ran after admission: it could not see sess
+        if closed:
+            raise ProcessError("System is closed", op="run", reason=ProcessReason.CLOSED)
+        return sess, out, err
+
+    @staticmethod
+    def _abort(sp: Spawned, sess: Session | None) -> None:
+        """On any exception: kill and reap the tree of *sp* (before or after admission)."""
+        if sess is None:  # interrupted before the session existed: the same cleanup
+            sess = Session(sp, None, Capture("stdout", 0, None), Capture("stderr", 0, None))
+        sess.kill()
+        sess.finish()
+
+    def _leave(self, sess: Session | None) -> None:
+        """Whatever happened: drop the live entry and give back the slot (one lock)."""
+        with self._lock:
+            if sess is not None:
+                self._live.pop(id(sess), None)
+            self._slots -= 1
 
     @staticmethod
     def _conclude(sess: Session, finished: bool) -> int:
@@ -314,12 +329,21 @@ class System:
         timeout = _check_timeout(timeout)
         data = _check_stdin(stdin)
         t0 = time.monotonic()
-        run = self._running(argv, env=env, data=data, cwd=cwd, limits=limits, observer=observer)
-        with run as (sess, out, err):
+        # As _running, inlined (no generator context manager on every run's hot path).
+        sp = self._start(argv, env, data, cwd, limits)
+        sess: Session | None = None
+        try:
+            sess, out, err = self._admit(sp, data, observer)
             finished = drive_sync(sess, None if timeout is None else t0 + timeout)
             code = self._conclude(sess, finished)
-        timed_out_after = None if finished else timeout
-        return self._outcome(sess, out, err, code, t0=t0, timed_out_after=timed_out_after)
+        except BaseException:
+            self._abort(sp, sess)
+            raise
+        finally:
+            self._leave(sess)
+        if finished:
+            return self._result(sess, out, err, code, t0)
+        return self._outcome(sess, out, err, code, t0=t0, timed_out_after=timeout)
 
     async def arun(
         self,

@@ -229,21 +229,22 @@ class Tree:
         self._lease = lease
         self.contained = lease is not None
 
-    def enter(self) -> None:
-        """Move this thread into the tree's cgroup for the fork; :meth:`leave` after.
+    def enter(self, tid: bytes) -> None:
+        """Move this thread (native id *tid*, ASCII) into the tree's cgroup for the fork.
 
-        Not a context manager (hot path): callers pair it with ``try``/``finally``.
+        Not a context manager (hot path): callers pair it with :meth:`leave` in
+        ``try``/``finally``, passing the same *tid* (the calling thread's own).
         """
         lease = self._lease
         if lease is not None:
-            lease.enter(b"%d" % threading.get_native_id())
+            lease.enter(tid)
 
-    def leave(self) -> None:
+    def leave(self, tid: bytes) -> None:
         """Move this thread back to our own cgroup (after the fork, success or not)."""
         lease = self._lease
         if lease is None:
             return
-        os.write(self._pool.home(), b"%d" % threading.get_native_id())
+        os.write(self._pool.home(), tid)
         if self._nproc is not None:
             with contextlib.suppress(OSError):
                 lease.set_max(self._nproc)

@@ -21,9 +21,11 @@ import errno
 import fcntl
 import os
 import subprocess
+import threading
 import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from flux_system._cgroup import CgroupPool
 from flux_system._drain import devnull
@@ -41,8 +43,9 @@ class DirAuthority(typing.Protocol):
     def _open_dir_fd(self, path: str = ".") -> int: ...
 
 
-@dataclass(frozen=True, slots=True)
-class SpawnSpec:
+class SpawnSpec(NamedTuple):
+    """What to start (immutable; a tuple: built on every run's hot path)."""
+
     argv: tuple[str, ...]
     env: Mapping[str, str] | None
     base_env: Mapping[str, str]  # the allow-listed snapshot; never modified
@@ -93,13 +96,13 @@ def check_argv(argv: object) -> tuple[str, ...]:
         raise TypeError("argv must be a sequence of str")
     if not items or not items[0]:
         raise SpawnError("argv is empty", op="run", reason=ProcessReason.INVALID_ARGV)
-    if any("\0" in a for a in items):
+    joined = "".join(items)  # one pass each (code points never merge across items)
+    if "\0" in joined:
         raise SpawnError(
             "argv contains a NUL byte", op="run", target=None, reason=ProcessReason.INVALID_ARGV
         )
     try:  # what exec would do after the fork machinery is set up
-        for a in items:
-            os.fsencode(a)
+        os.fsencode(joined)
         encodable = True
     except UnicodeEncodeError:
         encodable = False
@@ -187,7 +190,8 @@ def _build_spawn(spec: SpawnSpec, ws: DirAuthority) -> Spawned:
                 f"spawn failed: {exc.strerror}", op="run", target=target, reason=_SPAWN_FAILED
             ) from exc
         cwd_link = f"/proc/self/fd/{cwd_fd}"
-        tree.enter()  # this thread joins the tree's cgroup: the child is born inside
+        tid = b"%d" % threading.get_native_id()
+        tree.enter(tid)  # this thread joins the tree's cgroup: the child is born inside
         try:
             try:
                 popen = subprocess.Popen(
@@ -209,7 +213,7 @@ def _build_spawn(spec: SpawnSpec, ws: DirAuthority) -> Spawned:
             except (OSError, subprocess.SubprocessError) as exc:
                 raise _translate(exc, target, cwd_link) from exc
         finally:
-            tree.leave()
+            tree.leave(tid)
         try:
             pidfd = os.pidfd_open(popen.pid)
         except OSError as exc:  # pragma: no cover - pidfd_open on a just-forked child
