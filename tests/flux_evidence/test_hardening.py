@@ -29,7 +29,6 @@ from flux_evidence import (
     verify,
     verify_bytes,
 )
-from flux_evidence import _log as log_module
 
 CHILD_TIMEOUT_S = 10  # a child that hangs (e.g. on a lock copied while held) is killed
 
@@ -175,8 +174,8 @@ def test_batch_acknowledges_only_after_an_fsync_that_started_after_the_write(
 
     path = tmp_path / "ev.jsonl"
     with EvidenceLog.open(path, fsync="batch") as log:
-        monkeypatch.setattr(log_module.os, "write", write)
-        monkeypatch.setattr(log_module.os, "fdatasync", fdatasync)
+        monkeypatch.setattr(os, "write", write)
+        monkeypatch.setattr(os, "fdatasync", fdatasync)
         barrier = threading.Barrier(6)
 
         def worker() -> None:
@@ -341,7 +340,7 @@ def test_interrupt_right_after_the_write_does_not_fork_the_chain(
         real_write(fd, data)
         raise KeyboardInterrupt  # as if SIGINT landed as the syscall returned
 
-    monkeypatch.setattr(log_module.os, "write", write_then_interrupt)
+    monkeypatch.setattr(os, "write", write_then_interrupt)
     with pytest.raises(KeyboardInterrupt):
         log.append("b", {})
     monkeypatch.undo()
@@ -371,7 +370,7 @@ def test_interrupted_group_commit_leader_does_not_hang_the_others(
             raise KeyboardInterrupt
         real_fdatasync(fd)
 
-    monkeypatch.setattr(log_module.os, "fdatasync", interrupted_once)
+    monkeypatch.setattr(os, "fdatasync", interrupted_once)
     with pytest.raises(KeyboardInterrupt):
         log.append("a", {})
     reasons: list[object] = []
