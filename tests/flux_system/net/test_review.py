@@ -446,10 +446,11 @@ def test_dial_socket_creation_failure_is_translated() -> None:
 
 
 def test_errors_never_carry_the_query_or_userinfo(port: int) -> None:
-    routes = {
-        "/r": _redirect("http://127.0.0.2:{port}/?token=SECRET"),
-        "/slow": lambda h: (time.sleep(0.6), h.reply(200, b"late")),  # type: ignore[func-returns-value]
-    }
+    def slow(h: Handler) -> None:
+        time.sleep(0.6)
+        h.reply(200, b"late")
+
+    routes = {"/r": _redirect("http://127.0.0.2:{port}/?token=SECRET"), "/slow": slow}
     urls = [
         f"http://user:SECRET@a.flux.example:{port}/",
         f"http://a.flux.example:{port}/r?token=SECRET",
