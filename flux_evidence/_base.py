@@ -93,8 +93,7 @@ class LogBase:
         actor: str | None = None,
     ) -> Record:
         """Build, commit and index one record (*data* canonical bytes, *copy* its
-        parsed value). Caller holds ``self._lock``. :meth:`append` inlines this body
-        (its hot path): a change here must be made there too."""
+        parsed value). Caller holds ``self._lock``. The one place a record is chained."""
         records = self._records
         seq = len(records)
         ts = self._clock()
@@ -184,31 +183,7 @@ class LogBase:
         with self._lock:
             if self._closed or self._readonly or self._failed:  # (forked: closed)
                 self._check_writable("append")
-            # _append_locked, inlined (the per-record hot path); keep the two in step.
-            records = self._records
-            seq = len(records)
-            ts = self._clock()
-            if type(ts) is not int:
-                raise _clock_error()
-            if seq:
-                prev, prev_raw = self._prev, self._prev_raw
-            else:
-                prev = genesis_hash(self._log_id)
-                prev_raw = bytes.fromhex(prev)
-            line, leaf, record = build_record(
-                prev_raw, prev, seq, ts, kind, session, turn, actor, raw, copy
-            )
-            try:
-                self._commit(line, seq)
-                records.append(record)
-                self._leaves.append(leaf)
-                self._prev = record.hash
-                self._prev_raw = leaf
-            except EvidenceError:
-                raise  # storage refused the line and left no trace (or failed the log)
-            except BaseException:
-                self._failed = True  # interrupted around the write: see _append_locked
-                raise
+            record = self._append_locked(kind, raw, copy, session=session, turn=turn, actor=actor)
             if self._group_commit:
                 ticket = self._join_group()
         if ticket is not None:
