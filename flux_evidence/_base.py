@@ -28,6 +28,8 @@ from ._record import (
     build_record,
     genesis_hash,
 )
+from ._scan import ScanResult
+from ._store import LineStore, decode_line
 
 __all__ = ["Clock", "LogBase"]
 
@@ -44,8 +46,7 @@ class LogBase:
     def __init__(self, *, clock: Clock | None) -> None:
         self._clock: Clock = clock if clock is not None else time.time_ns
         self._lock = threading.Lock()  # orders appends: seq, prev_hash and the write
-        self._records: list[Record] = []
-        self._leaves: list[bytes] = []  # raw record hashes, the Merkle leaves
+        self._store = LineStore()  # every record, as its line (see _store.py)
         self._leaf_hashes: list[bytes] = []  # RFC 6962 leaf hashes of those (lazily)
         self._prev = ""  # hash of the last record (hex)
         self._prev_raw = b""  # the same, raw: what the next record's hash starts from
@@ -73,14 +74,15 @@ class LogBase:
         """Release storage."""
 
     # -- building --------------------------------------------------------------------
-    def _adopt(self, records: list[Record], leaves: list[bytes]) -> None:
-        """Take over already-verified records and their raw hashes (from a scan)."""
-        self._records = records
-        self._leaves = leaves
-        if records:
-            self._prev = records[-1].hash
-            self._prev_raw = self._leaves[-1]
-            self._log_id = records[0].data["log_id"]
+    def _adopt(self, scanned: ScanResult, data: bytes) -> None:
+        """Take over the verified records of a scan; *data* holds exactly their lines."""
+        self._store.adopt(
+            data, scanned.ends, b"".join(scanned.leaves), scanned.kinds, scanned.sessions
+        )
+        if scanned.leaves:
+            self._prev = scanned.hashes[-1]
+            self._prev_raw = scanned.leaves[-1]
+            self._log_id = scanned.log_id or ""
 
     def _append_locked(
         self,
@@ -94,8 +96,8 @@ class LogBase:
     ) -> Record:
         """Build, commit and index one record (*data* canonical bytes, *copy* its
         parsed value). Caller holds ``self._lock``. The one place a record is chained."""
-        records = self._records
-        seq = len(records)
+        store = self._store
+        seq = len(store)
         ts = self._clock()
         if type(ts) is not int:
             raise _clock_error()
@@ -109,8 +111,7 @@ class LogBase:
         )
         try:
             self._commit(line, seq)
-            records.append(record)
-            self._leaves.append(raw)
+            store.add(line, raw, kind, session)
             self._prev = record.hash
             self._prev_raw = raw
         except EvidenceError:
@@ -195,20 +196,18 @@ class LogBase:
     ) -> list[Record]:
         """Records with ``seq >= since_seq`` matching *kind* and *session* (when given)."""
         with self._lock:
-            records = self._records[max(since_seq, 0) :]
-        return [
-            r
-            for r in records
-            if (kind is None or r.kind == kind) and (session is None or r.session == session)
-        ]
+            store = self._store
+            lines = store.lines(store.select(kind, session, since_seq))
+        return [decode_line(line) for line in lines]
 
     def __iter__(self) -> Iterator[Record]:
+        """The records as of this call, decoded as the iteration reaches them."""
         with self._lock:
-            snapshot = list(self._records)
-        return iter(snapshot)
+            lines = self._store.lines(range(len(self._store)))
+        return map(decode_line, lines)
 
     def __len__(self) -> int:
-        return len(self._records)
+        return len(self._store)
 
     def head(self) -> Head:
         """The current head (record count and last record hash), for ``expect_head``.
@@ -218,7 +217,7 @@ class LogBase:
         later ``verify`` after the appends it should cover have returned.
         """
         with self._lock:
-            return Head(len(self._records), self._prev if self._records else EMPTY_HASH)
+            return Head(len(self._store), self._prev if len(self._store) else EMPTY_HASH)
 
     def checkpoint(self, *, hmac_key: bytes | None = None, ed25519_key: Any = None) -> Checkpoint:
         """The RFC 6962 tree head over all record hashes, signed if a key is given.
@@ -228,7 +227,7 @@ class LogBase:
         """
         with self._lock:
             leaf_hashes = self._leaf_hashes
-            leaf_hashes.extend(leaf_hash(h) for h in self._leaves[len(leaf_hashes) :])
+            leaf_hashes.extend(leaf_hash(h) for h in self._store.leaves(len(leaf_hashes)))
             size = len(leaf_hashes)
             root = _mth(leaf_hashes).hex()
         unsigned = Checkpoint(self._log_id, size, root)
@@ -239,13 +238,13 @@ class LogBase:
     def prove_inclusion(self, seq: int, size: int) -> list[bytes]:
         """Audit path for record *seq* in the tree of the first *size* records."""
         with self._lock:
-            leaves = list(self._leaves)
+            leaves = self._store.leaves()
         return inclusion_proof(leaves, seq, size)
 
     def prove_consistency(self, old_size: int, new_size: int) -> list[bytes]:
         """Proof that the tree of *new_size* records extends that of *old_size*."""
         with self._lock:
-            leaves = list(self._leaves)
+            leaves = self._store.leaves()
         return consistency_proof(leaves, old_size, new_size)
 
     def close(self) -> None:

@@ -40,7 +40,8 @@ class EvidenceLog(LogBase):
     inherited descriptor, so the parent's ``close`` still releases the lock.
     Not guaranteed: protection against someone who can write the file (that is what
     ``verify(expect_head=...)`` and signed checkpoints catch); records are held in
-    memory for queries, so the log must fit in memory.
+    memory for queries (as their lines, about the file's size; ``query`` and iteration
+    decode the records they return), so the log must fit in memory.
     """
 
     def __init__(self, *, _fd: int, _fsync: FsyncMode, _clock: Clock | None) -> None:
@@ -108,14 +109,14 @@ class EvidenceLog(LogBase):
             buf = read_all(self._fd)
         except OSError as exc:
             raise io_error("open", exc) from exc
-        result = scan(buf, keep_records=True)
+        result = scan(buf, index=True)
         if log_id is not None and result.log_id is not None and result.log_id != log_id:
             raise EvidenceError(
                 "the log at this path has another log id",
                 op="open",
                 reason=EvidenceReason.BAD_ARGUMENT,
             )
-        self._adopt(result.records, result.leaves)
+        self._adopt(result, buf[: result.complete_len])
         self._size = result.complete_len
         self._readonly = readonly
         if readonly:
@@ -129,7 +130,7 @@ class EvidenceLog(LogBase):
                 except OSError as exc:
                     raise io_error("open", exc) from exc
                 changed = True
-            if not self._records:
+            if not len(self._store):
                 self._append_genesis(log_id)
                 changed = True
             if result.torn_bytes:

@@ -31,14 +31,13 @@ class MemoryEvidenceLog(LogBase):
         if log_id is not None:
             check_log_id(log_id)
         super().__init__(clock=clock)
-        self._lines: list[bytes] = []
         with self._lock:
             self._append_genesis(log_id)
 
     def _commit(self, line: bytes, seq: int) -> None:
-        self._lines.append(line)
+        """Nothing to store beyond what every log keeps in memory (its lines)."""
 
     def to_bytes(self) -> bytes:
         """The log as it would be stored in a file."""
         with self._lock:
-            return b"".join(self._lines)
+            return self._store.data()

@@ -30,6 +30,7 @@ __all__ = [
     "check_log_id",
     "genesis_hash",
     "is_hex64",
+    "make_record",
 ]
 
 FORMAT_VERSION = 1
@@ -173,6 +174,34 @@ assert Record.__slots__ == (
 )  # fmt: skip
 
 
+def make_record(  # noqa: PLR0917 - per-record hot path: positional call
+    version: int,
+    seq: int,
+    ts: int,
+    kind: str,
+    session: str | None,
+    turn: int | None,
+    actor: str | None,
+    data: Any,
+    prev_hash: str,
+    record_hash: str,
+) -> Record:
+    """``Record(...)`` for fields already known to be valid, without the per-field
+    ``object.__setattr__`` of a frozen dataclass's ``__init__`` (the same object)."""
+    record: Record = _new(Record)
+    _SET_VERSION(record, version)
+    _SET_SEQ(record, seq)
+    _SET_TS(record, ts)
+    _SET_KIND(record, kind)
+    _SET_SESSION(record, session)
+    _SET_TURN(record, turn)
+    _SET_ACTOR(record, actor)
+    _SET_DATA(record, data)
+    _SET_PREV(record, prev_hash)
+    _SET_HASH(record, record_hash)
+    return record
+
+
 def _unencodable(what: str) -> EvidenceError:
     return EvidenceError(what, op="append", reason=EvidenceReason.UNENCODABLE)
 
@@ -272,15 +301,7 @@ def build_record(  # noqa: PLR0917 - per-record hot path: positional call
         raise EvidenceError(
             f"record exceeds {MAX_LINE_BYTES} bytes", op="append", reason=EvidenceReason.TOO_LARGE
         )
-    record: Record = _new(Record)
-    _SET_VERSION(record, FORMAT_VERSION)
-    _SET_SEQ(record, seq)
-    _SET_TS(record, ts)
-    _SET_KIND(record, kind)
-    _SET_SESSION(record, session)
-    _SET_TURN(record, turn)
-    _SET_ACTOR(record, actor)
-    _SET_DATA(record, copy)
-    _SET_PREV(record, prev_hash)
-    _SET_HASH(record, record_hash)
+    record = make_record(
+        FORMAT_VERSION, seq, ts, kind, session, turn, actor, copy, prev_hash, record_hash
+    )
     return line, raw_hash, record

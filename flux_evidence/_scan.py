@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +28,6 @@ from ._record import (
     GENESIS_KIND,
     MAX_LINE_BYTES,
     Head,
-    Record,
     genesis_hash,
     is_hex64,
 )
@@ -68,7 +68,10 @@ class ScanResult:
 
     hashes: list[str] = field(default_factory=list)
     leaves: list[bytes] = field(default_factory=list)  # the same hashes, raw
-    records: list[Record] = field(default_factory=list)
+    # with index=True: each line's end offset, kind and session (see _store.py)
+    ends: array[int] = field(default_factory=lambda: array("Q"))
+    kinds: list[str] = field(default_factory=list)
+    sessions: list[str | None] = field(default_factory=list)
     complete_len: int = 0  # bytes up to and including the last complete line's newline
     torn_bytes: int = 0  # bytes after it (a last line without its newline)
     log_id: str | None = None  # from the genesis record
@@ -140,22 +143,14 @@ def _label(text: str) -> str | None:
     return value
 
 
-def _record(matched: _Matched) -> Record:
-    prefix, suffix, data = matched
-    g = suffix.group
-    turn = g("turn")
-    return Record(
-        version=FORMAT_VERSION,
-        seq=int(g("seq")),
-        ts=int(g("ts")),
-        kind=_label(g("kind")) or "",
-        session=_label(g("session")),
-        turn=None if turn == "null" else int(turn),
-        actor=_label(prefix.group("actor")),
-        data=data,
-        prev_hash=g("prev"),
-        hash=g("hash"),
-    )
+def _cached_label(labels: dict[str, str | None], text: str) -> str | None:
+    """The value of label JSON *text*, remembered in *labels* (one entry per distinct
+    kind or session of the log being scanned)."""
+    try:
+        return labels[text]
+    except KeyError:
+        value = labels[text] = _label(text)
+        return value
 
 
 def _classify(later_lines: list[bytes], position: int, found_seq: int) -> TamperReason:
@@ -184,14 +179,15 @@ def _genesis_log_id(kind: str, data: Any) -> str | None:
     return log_id
 
 
-def scan(buf: bytes, *, keep_records: bool = False, expect_head: Head | None = None) -> ScanResult:
+def scan(buf: bytes, *, index: bool = False, expect_head: Head | None = None) -> ScanResult:
     """Verify *buf* (the bytes of a log) and return what it holds.
 
     Guarantee: every complete line is a canonical record whose hash matches its content,
     whose ``seq`` is its position, and which chains to the line before it (the first to
     the genesis value of its log id); with *expect_head*, the log holds at least that many
     records and the one at ``size - 1`` has that hash. A last line without its newline
-    (a torn append) is not checked and is reported as ``torn_bytes``.
+    (a torn append) is not checked and is reported as ``torn_bytes``. With *index*, the
+    result also holds each line's end offset, kind and session (equal labels shared).
     Not guaranteed: without *expect_head* (or a signed checkpoint), a log truncated at a
     line boundary, or rewritten wholesale by someone able to write the file, verifies.
 
@@ -201,7 +197,9 @@ def scan(buf: bytes, *, keep_records: bool = False, expect_head: Head | None = N
     result = ScanResult()
     hashes = result.hashes
     leaves = result.leaves
-    records = result.records
+    ends, kinds, sessions = result.ends, result.kinds, result.sessions
+    labels: dict[str, str | None] = {}  # label JSON -> value, so equal labels share one str
+    offset = 0
     sha256 = hashlib.sha256
     lines = buf.split(b"\n")
     torn = lines.pop()  # after the last newline: b"" or a torn append
@@ -241,8 +239,12 @@ def scan(buf: bytes, *, keep_records: bool = False, expect_head: Head | None = N
         prev_raw = raw
         hashes.append(computed)
         leaves.append(raw)
-        if keep_records:
-            records.append(_record(matched))
+        if index:
+            offset += len(line) + 1
+            ends.append(offset)
+            session = matched[1].group("session")
+            kinds.append(_cached_label(labels, record_kind) or "")
+            sessions.append(_cached_label(labels, session))
     result.torn_bytes = len(torn)
     result.complete_len = len(buf) - len(torn)
     if expect_head is not None:

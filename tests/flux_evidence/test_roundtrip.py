@@ -166,3 +166,47 @@ def test_non_canonical_lines_are_rejected(line: bytes) -> None:
     assert not _oracle(line)
     with pytest.raises(InvalidEvidenceError):
         verify_bytes(line + b"\n")
+
+
+ENTRY = st.tuples(
+    st.sampled_from(["tool_call", "note", 'é"\\\n']),
+    st.none() | st.sampled_from(["s1", "s2", "ünï\u2028"]),
+    JSON,
+    LABEL,
+    st.none() | st.integers(min_value=-(2**70), max_value=2**70),
+)
+
+
+@settings(max_examples=40)
+@given(entries=st.lists(ENTRY, max_size=12), since=st.integers(min_value=-2, max_value=15))
+def test_iteration_and_queries_return_the_records_append_returned(
+    tmp_path_factory: pytest.TempPathFactory,
+    entries: list[tuple[str, str | None, Any, str | None, int | None]],
+    since: int,
+) -> None:
+    """Records are kept as their lines and decoded on demand: what iteration and
+    ``query`` give back equals what ``append`` returned — in memory, in a file log, and
+    after reopening the file (where the index is rebuilt by the scan)."""
+    path = tmp_path_factory.mktemp("rt") / "ev.jsonl"
+    memory = MemoryEvidenceLog(log_id="h")
+    with EvidenceLog.open(path, fsync="never", log_id="h") as log:
+        returned = [log.append(k, d, session=s, actor=a, turn=t) for k, s, d, a, t in entries]
+        for k, s, d, a, t in entries:
+            memory.append(k, d, session=s, actor=a, turn=t)
+        open_views = [list(log)[1:], log.query(since_seq=1)]
+    with EvidenceLog.open(path, readonly=True) as reopened:
+        views = [*open_views, list(reopened)[1:], reopened.query(since_seq=1)]
+        for view in views:
+            assert view == returned
+        assert [r.data for r in memory][1:] == [r.data for r in returned]
+        for kind in ("tool_call", "note", 'é"\\\n', None):
+            for session in ("s1", "ünï\u2028", None):
+                expected = [
+                    r
+                    for r in returned
+                    if r.seq >= since
+                    and (kind is None or r.kind == kind)
+                    and (session is None or r.session == session)
+                ]
+                got = reopened.query(kind=kind, session=session, since_seq=since)
+                assert [r for r in got if r.seq > 0] == expected
