@@ -64,13 +64,18 @@ class LineStore:
         self._sessions: list[str | None] = []
 
     def add(self, line: bytes, raw_hash: bytes, kind: str, session: str | None) -> None:
-        """Keep one record (its line ends with its newline)."""
+        """Keep one record (its line ends with its newline).
+
+        The record counts once its end offset is in, and every read is bounded by the
+        number of end offsets: an add cut short (MemoryError, after which the log
+        refuses appends as FAILED) leaves no half record to read.
+        """
         buf = self._buf
         buf += line
-        self._ends.append(len(buf))
         self._hashes += raw_hash
         self._kinds.append(kind)
         self._sessions.append(session)
+        self._ends.append(len(buf))
 
     def adopt(
         self, data: bytes, ends: array[int], hashes: bytes, kinds: list[str], sessions: list[Any]
@@ -87,7 +92,7 @@ class LineStore:
 
     def data(self) -> bytes:
         """Every line, as the log's file holds them."""
-        return bytes(self._buf)
+        return bytes(self._buf[: self._ends[-1]]) if self._ends else b""
 
     def lines(self, indices: range | list[int]) -> list[bytearray]:
         """The lines at *indices* (without their newline), copied out of the buffer."""
@@ -97,7 +102,7 @@ class LineStore:
     def select(self, kind: str | None, session: str | None, start: int) -> list[int]:
         """Indices from *start* whose kind and session match (None: any)."""
         kinds, sessions = self._kinds, self._sessions
-        indices = range(max(start, 0), len(kinds))
+        indices = range(max(start, 0), len(self._ends))
         if kind is None and session is None:
             return list(indices)
         return [
@@ -109,7 +114,5 @@ class LineStore:
     def leaves(self, start: int = 0) -> list[bytes]:
         """The raw record hashes (the Merkle leaves) from *start* on."""
         hashes = self._hashes
-        return [
-            bytes(hashes[i : i + _HASH_LEN])
-            for i in range(start * _HASH_LEN, len(hashes), _HASH_LEN)
-        ]
+        stop = len(self._ends) * _HASH_LEN
+        return [bytes(hashes[i : i + _HASH_LEN]) for i in range(start * _HASH_LEN, stop, _HASH_LEN)]
