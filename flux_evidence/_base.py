@@ -210,14 +210,13 @@ class LogBase:
         return len(self._store)
 
     def head(self) -> Head:
-        """The current head (record count and last record hash), for ``expect_head``.
-
-        Not guaranteed: with ``fsync="batch"``, records of a group still being flushed
-        are already counted (their ``append`` has not returned yet). Take a head for a
-        later ``verify`` after the appends it should cover have returned.
-        """
+        """The current head (record count and last record hash), for ``expect_head``."""
         with self._lock:
-            return Head(len(self._store), self._prev if len(self._store) else EMPTY_HASH)
+            return self._head_locked()
+
+    def _head_locked(self) -> Head:
+        """The head of every record chained so far (caller holds the lock)."""
+        return Head(len(self._store), self._prev if len(self._store) else EMPTY_HASH)
 
     def checkpoint(self, *, hmac_key: bytes | None = None, ed25519_key: Any = None) -> Checkpoint:
         """The RFC 6962 tree head over all record hashes, signed if a key is given.

@@ -61,6 +61,10 @@ class GroupCommit:
         sync: fdatasyncs the file; raises on failure.
         fail: marks the log failed (called under the lock when a flush failed or was
             interrupted: what storage holds is then unknown).
+        mark: called under the lock when a group is closed; what it returns (the log's
+            head after the group's last record) becomes :attr:`durable` once the group
+            is written and fsynced — before any of its appenders is woken.
+        durable: the mark of everything already durable when group commit starts.
     """
 
     def __init__(
@@ -69,11 +73,16 @@ class GroupCommit:
         write: Callable[[bytes], None],
         sync: Callable[[], None],
         fail: Callable[[], None],
+        *,
+        mark: Callable[[], object] = lambda: None,
+        durable: object = None,
     ) -> None:
         self._lock = lock
         self._write = write
         self._sync = sync
         self._fail = fail
+        self._mark = mark
+        self.durable = durable  # mark of the last group known durable (under the lock)
         self._pending: list[bytes] = []  # the open group's lines
         self._group = _Group()  # the open group
         self._syncing = False  # a leader exists (flushing, or handed over)
@@ -129,8 +138,10 @@ class GroupCommit:
         """Close *group* (the open group), write its lines with one write, fdatasync;
         publish the outcome; hand the next group, if it has appenders, to one of them."""
         ok = False
+        mark: object = None
         try:
             with self._lock:
+                mark = self._mark()  # the head once this group is durable
                 data = b"".join(self._pending)
                 self._pending = []
                 self._group = _Group()  # later appenders join the next group
@@ -145,6 +156,8 @@ class GroupCommit:
                 group.done = True
                 nxt = self._group
                 wake_next = True
+                if ok:
+                    self.durable = mark
                 if not ok:  # any failure or interrupt: storage state unknown
                     self._fail()
                     self._pending = []  # never written: their appenders get FAILED

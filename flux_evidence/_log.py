@@ -15,7 +15,7 @@ from ._base import Clock, LogBase
 from ._exceptions import EvidenceError, EvidenceReason, LogLockedError
 from ._fileio import fsync_dir, io_error, open_log_fd, read_all, write_all
 from ._group import GroupCommit
-from ._record import check_log_id
+from ._record import Head, check_log_id
 from ._scan import scan
 
 __all__ = ["EvidenceLog", "FsyncMode"]
@@ -53,7 +53,7 @@ class EvidenceLog(LogBase):
         self._size = 0  # bytes of complete lines in the file
         # batch mode, once the log is loaded: lines are queued for the group's leader
         self._buffering = False
-        self._groups = GroupCommit(self._lock, self._write_group, self._sync, self._set_failed)
+        self._groups = self._new_groups()
 
     @classmethod
     def open(
@@ -142,7 +142,34 @@ class EvidenceLog(LogBase):
                 fsync_dir(path)
             except OSError as exc:
                 raise io_error("open", exc) from exc
+        self._groups.durable = self._head_locked()
         self._buffering = self._group_commit
+
+    def _new_groups(self) -> GroupCommit:
+        durable = self._head_locked()
+        return GroupCommit(
+            self._lock,
+            self._write_group,
+            self._sync,
+            self._set_failed,
+            mark=self._head_locked,
+            durable=durable,
+        )
+
+    def head(self) -> Head:
+        """The current head (record count and last record hash), for ``expect_head``.
+
+        With ``fsync="batch"`` it is the head of the records known durable: every record
+        whose ``append`` has returned is counted, a record still being flushed is not
+        (``len`` counts it already). So a head taken while appends are in flight never
+        names a record a crash could still lose.
+        """
+        if not self._buffering:
+            return super().head()
+        with self._lock:
+            durable = self._groups.durable
+        assert isinstance(durable, Head)  # set at load and by every successful flush
+        return durable
 
     @property
     def _fsyncs(self) -> int:
@@ -216,7 +243,7 @@ class EvidenceLog(LogBase):
         the lock, and refuse appends as FORKED. Locks are replaced, not reused: another
         thread of the parent may have held them at the fork."""
         self._lock = threading.Lock()
-        self._groups = GroupCommit(self._lock, self._write_group, self._sync, self._set_failed)
+        self._groups = self._new_groups()
         self._groups.stop()  # no group commit, ever
         self._forked = self._closed = True
         with contextlib.suppress(OSError):

@@ -165,3 +165,42 @@ def test_batch_coalesces_a_group_into_one_write_of_whole_lines(
     assert sum(w.count(b"\n") for w in writes) == 240
     assert len(writes) <= log._fsyncs  # one write per group (at most)
     assert verify(path, expect_head=head).head == head
+
+
+def test_batch_head_names_only_durable_records(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While a group's fdatasync is under way its record is chained (``len`` counts it)
+    but not durable: ``head()`` must not name it, or a crash now would make a later
+    ``verify(expect_head=...)`` report a truncation that no returned append suffered.
+    Once the append returns, the head names it."""
+    path = tmp_path / "ev.jsonl"
+    log = EvidenceLog.open(path, fsync="batch")
+    before = log.head()
+    in_fsync, release = threading.Event(), threading.Event()
+    real_fdatasync = os.fdatasync
+
+    def gated_fdatasync(fd: int) -> None:
+        in_fsync.set()
+        release.wait(JOIN_TIMEOUT_S)
+        real_fdatasync(fd)
+
+    monkeypatch.setattr(os, "fdatasync", gated_fdatasync)
+    returned: list[Any] = []
+    appender = threading.Thread(target=lambda: returned.append(log.append("k", {"i": 1})))
+    appender.start()
+    try:
+        assert in_fsync.wait(JOIN_TIMEOUT_S)
+        assert len(log) == before.size + 1  # chained already
+        assert log.head() == before  # not durable yet: not in the head
+        assert returned == []
+    finally:
+        release.set()
+        appender.join(JOIN_TIMEOUT_S)
+        monkeypatch.undo()
+    assert not appender.is_alive()
+    head = log.head()
+    assert (head.size, head.hash) == (before.size + 1, returned[0].hash)
+    log.close()
+    assert log.head() == head
+    assert verify(path, expect_head=head).head == head
