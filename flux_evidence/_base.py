@@ -210,25 +210,36 @@ class LogBase:
         return len(self._store)
 
     def head(self) -> Head:
-        """The current head (record count and last record hash), for ``expect_head``."""
+        """The current head (record count and last record hash), for ``expect_head``.
+
+        A file log with ``fsync="batch"`` gives the head of the records known durable:
+        every record whose ``append`` has returned is in it, a record still being
+        flushed is not (``len`` counts it already), so a head never names a record that
+        a crash could still lose.
+        """
         with self._lock:
-            return self._head_locked()
+            return self._published_head()
 
     def _head_locked(self) -> Head:
         """The head of every record chained so far (caller holds the lock)."""
         return Head(len(self._store), self._prev if len(self._store) else EMPTY_HASH)
 
+    def _published_head(self) -> Head:
+        """What :meth:`head` and :meth:`checkpoint` cover (caller holds the lock)."""
+        return self._head_locked()
+
     def checkpoint(self, *, hmac_key: bytes | None = None, ed25519_key: Any = None) -> Checkpoint:
-        """The RFC 6962 tree head over all record hashes, signed if a key is given.
+        """The RFC 6962 tree head over the records of :meth:`head`, signed if a key is
+        given (with ``fsync="batch"``: the records known durable).
 
         Raises:
             EvidenceError: BAD_ARGUMENT for a bad key (see ``sign_checkpoint``).
         """
         with self._lock:
+            size = self._published_head().size
             leaf_hashes = self._leaf_hashes
             leaf_hashes.extend(leaf_hash(h) for h in self._store.leaves(len(leaf_hashes)))
-            size = len(leaf_hashes)
-            root = _mth(leaf_hashes).hex()
+            root = _mth(leaf_hashes[:size] if size < len(leaf_hashes) else leaf_hashes).hex()
         unsigned = Checkpoint(self._log_id, size, root)
         if hmac_key is None and ed25519_key is None:
             return unsigned

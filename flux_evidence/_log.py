@@ -156,18 +156,11 @@ class EvidenceLog(LogBase):
             durable=durable,
         )
 
-    def head(self) -> Head:
-        """The current head (record count and last record hash), for ``expect_head``.
-
-        With ``fsync="batch"`` it is the head of the records known durable: every record
-        whose ``append`` has returned is counted, a record still being flushed is not
-        (``len`` counts it already). So a head taken while appends are in flight never
-        names a record a crash could still lose.
-        """
+    def _published_head(self) -> Head:
+        """Batch mode: the head after the last group known durable (see ``head``)."""
         if not self._buffering:
-            return super().head()
-        with self._lock:
-            durable = self._groups.durable
+            return self._head_locked()
+        durable = self._groups.durable
         assert isinstance(durable, Head)  # set at load and by every successful flush
         return durable
 

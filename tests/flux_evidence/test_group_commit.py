@@ -171,12 +171,13 @@ def test_batch_head_names_only_durable_records(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """While a group's fdatasync is under way its record is chained (``len`` counts it)
-    but not durable: ``head()`` must not name it, or a crash now would make a later
+    but not durable: ``head()`` and ``checkpoint()`` must not cover it, or a crash now would make a later
     ``verify(expect_head=...)`` report a truncation that no returned append suffered.
     Once the append returns, the head names it."""
     path = tmp_path / "ev.jsonl"
     log = EvidenceLog.open(path, fsync="batch")
     before = log.head()
+    checkpoint_before = log.checkpoint()
     in_fsync, release = threading.Event(), threading.Event()
     real_fdatasync = os.fdatasync
 
@@ -193,6 +194,7 @@ def test_batch_head_names_only_durable_records(
         assert in_fsync.wait(JOIN_TIMEOUT_S)
         assert len(log) == before.size + 1  # chained already
         assert log.head() == before  # not durable yet: not in the head
+        assert log.checkpoint() == checkpoint_before  # nor in a checkpoint
         assert returned == []
     finally:
         release.set()
@@ -201,6 +203,7 @@ def test_batch_head_names_only_durable_records(
     assert not appender.is_alive()
     head = log.head()
     assert (head.size, head.hash) == (before.size + 1, returned[0].hash)
+    assert log.checkpoint().size == head.size
     log.close()
     assert log.head() == head
     assert verify(path, expect_head=head).head == head
