@@ -171,9 +171,9 @@ def test_batch_head_names_only_durable_records(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """While a group's fdatasync is under way its record is chained (``len`` counts it)
-    but not durable: ``head()`` and ``checkpoint()`` must not cover it, or a crash now would make a later
-    ``verify(expect_head=...)`` report a truncation that no returned append suffered.
-    Once the append returns, the head names it."""
+    but not durable: ``head()`` and ``checkpoint()`` must not cover it, or a crash now
+    would make a later ``verify(expect_head=...)`` report a truncation that no returned
+    append suffered. Once the append returns, both cover it."""
     path = tmp_path / "ev.jsonl"
     log = EvidenceLog.open(path, fsync="batch")
     before = log.head()
