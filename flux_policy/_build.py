@@ -310,7 +310,12 @@ class _Builder:
             raise self.fail(
                 PolicyLoadReason.BAD_TIMESTAMP, "timestamp needs a UTC offset", rid, field
             )
-        return value.astimezone(dt.UTC)
+        try:
+            return value.astimezone(dt.UTC)
+        except OverflowError as exc:  # e.g. 0001-01-01T00:00:00+14:00 is before year 1 in UTC
+            raise self.fail(
+                PolicyLoadReason.BAD_TIMESTAMP, "timestamp out of range in UTC", rid, field
+            ) from exc
 
     def _condition(self, raw: ConditionModel, rid: str, field: str) -> Condition:
         if not _TEXT.fullmatch(raw.attr):

@@ -1,0 +1,43 @@
+"""Regressions from the adversarial review of flux_policy (one test per finding)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from flux_policy import (
+    PolicyLoadError,
+    PolicyLoadReason,
+    load_policy_string,
+)
+
+R = PolicyLoadReason
+
+RULE = 'version = 1\n[[grant]]\nid = "g"\nsubjects = ["**"]\nactions = ["a"]\nresources = ["x"]\n'
+
+
+def _refused_text(text: str) -> PolicyLoadError:
+    with pytest.raises(PolicyLoadError) as info:
+        load_policy_string(text)
+    return info.value
+
+
+def _rule(**over: Any) -> dict[str, Any]:
+    rule: dict[str, Any] = {"id": "r", "subjects": ["u"], "actions": ["a"], "resources": ["x"]}
+    rule.update(over)
+    return rule
+
+
+@pytest.mark.parametrize(
+    "stamp",
+    [
+        "0001-01-01T00:00:00+14:00",  # native TOML datetime, below datetime.min in UTC
+        '"9999-12-31T23:59:59-10:00"',  # string form, above datetime.max in UTC
+    ],
+)
+def test_timestamp_out_of_range_in_utc_is_a_typed_refusal(stamp: str) -> None:
+    # Was: OverflowError escaped from astimezone(UTC).
+    err = _refused_text(RULE + f"not_after = {stamp}\n")
+    assert err.reason is R.BAD_TIMESTAMP
+    assert (err.rule, err.field) == ("g", "grant[0].not_after")
