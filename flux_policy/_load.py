@@ -69,6 +69,10 @@ def load_policy_string(text: str, *, source: str = "<string>") -> Policy:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise fail(PolicyLoadReason.SYNTAX, f"invalid TOML: {exc}", source) from exc
+    except ValueError as exc:  # tomllib lets int()'s digit limit escape untranslated
+        raise fail(PolicyLoadReason.SYNTAX, "invalid TOML: number too long", source) from exc
+    except RecursionError as exc:  # tomllib recurses once per nested array/inline table
+        raise fail(PolicyLoadReason.SYNTAX, "invalid TOML: nested too deeply", source) from exc
     return load_policy_dict(data, source=source)
 
 

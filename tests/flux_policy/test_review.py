@@ -41,3 +41,16 @@ def test_timestamp_out_of_range_in_utc_is_a_typed_refusal(stamp: str) -> None:
     err = _refused_text(RULE + f"not_after = {stamp}\n")
     assert err.reason is R.BAD_TIMESTAMP
     assert (err.rule, err.field) == ("g", "grant[0].not_after")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "version = " + "[" * 5000 + "]" * 5000,  # nested arrays: RecursionError in tomllib
+        "version = " + "{a=" * 2000 + "1" + "}" * 2000,  # nested inline tables
+        "version = " + "1" * 5000,  # int over the str->int digit limit: ValueError
+    ],
+    ids=["deep-arrays", "deep-inline-tables", "huge-integer"],
+)
+def test_hostile_toml_is_a_syntax_refusal(text: str) -> None:
+    assert _refused_text(text).reason is R.SYNTAX
