@@ -35,7 +35,9 @@ _MAX_LIST = 10_000  # members of one list (subjects, group members, `in` operand
 _MAX_TRUST_LEVELS = 64
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:@/+-]{0,127}")
 _GROUP_NAME = re.compile(r"(?:role|group):[A-Za-z0-9_.:@/+-]{1,128}")
-_TEXT = re.compile(r"[^\x00-\x1f\x7f-\x9f]{1,256}")
+_TEXT = re.compile(r"[^\x00-\x1f\x7f-\x9f\ud800-\udfff]{1,256}")
+# A condition's string operand: any length, but UTF-8 encodable (it is digested).
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 
 def fail(
@@ -337,6 +339,14 @@ class _Builder:
                 field,
             )
         op, value = ops[0]
+        operands = value if isinstance(value, list) else [value]
+        if any(isinstance(v, str) and _SURROGATE.search(v) for v in operands):
+            raise self.fail(
+                PolicyLoadReason.BAD_CONDITION,
+                "a string operand holds a lone surrogate",
+                rid,
+                f"{field}.{op.value}",
+            )
         if isinstance(value, list):
             if not value or len(value) > _MAX_LIST or len({type(v) for v in value}) != 1:
                 raise self.fail(

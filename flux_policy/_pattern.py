@@ -43,7 +43,8 @@ MAX_WILDCARDS = 16
 
 GROUP_PREFIXES = ("role:", "group:")
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# Control characters, and lone surrogates (not encodable as UTF-8, so no digest).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 
 
 def is_group_ref(entry: str) -> bool:
@@ -57,7 +58,7 @@ def _common_problem(text: str, limit: int) -> str | None:
     if len(text) > limit:
         return f"is longer than {limit} characters"
     if _CONTROL.search(text):
-        return "contains a control character"
+        return "contains a control character or a lone surrogate"
     return None
 
 

@@ -7,8 +7,13 @@ from typing import Any
 import pytest
 
 from flux_policy import (
+    Effect,
+    IndexedEvaluator,
     PolicyLoadError,
     PolicyLoadReason,
+    ReferenceEvaluator,
+    Request,
+    load_policy_dict,
     load_policy_string,
 )
 
@@ -54,3 +59,37 @@ def test_timestamp_out_of_range_in_utc_is_a_typed_refusal(stamp: str) -> None:
 )
 def test_hostile_toml_is_a_syntax_refusal(text: str) -> None:
     assert _refused_text(text).reason is R.SYNTAX
+
+
+@pytest.mark.parametrize(
+    ("over", "field"),
+    [
+        ({"subjects": ["u\ud800"]}, "grant[0].subjects[0]"),
+        ({"resources": ["x/\udfff"]}, "grant[0].resources[0]"),
+        ({"scopes": ["s\ud800"]}, "grant[0].scopes[0]"),
+        ({"when": [{"attr": "k\ud800", "equals": "v"}]}, "grant[0].when[0].attr"),
+        ({"when": [{"attr": "k", "equals": "v\ud800"}]}, "grant[0].when[0].equals"),
+        ({"when": [{"attr": "k", "in": ["v\ud800"]}]}, "grant[0].when[0].in"),
+        ({"when": [{"attr": "k", "prefix": "\ud800"}]}, "grant[0].when[0].prefix"),
+    ],
+)
+def test_lone_surrogates_are_refused_at_load(over: dict[str, Any], field: str) -> None:
+    # Was: UnicodeEncodeError from the digest (the canonical form is UTF-8).
+    with pytest.raises(PolicyLoadError) as info:
+        load_policy_dict({"version": 1, "grant": [_rule(**over)]})
+    assert info.value.field == field
+    assert info.value.rule == "r"
+
+
+def test_lone_surrogate_trust_level_is_refused() -> None:
+    with pytest.raises(PolicyLoadError) as info:
+        load_policy_dict({"version": 1, "trust_levels": ["a", "b\ud800"]})
+    assert info.value.reason is R.BAD_TRUST_LEVELS
+
+
+def test_request_name_with_lone_surrogate_is_invalid() -> None:
+    policy = load_policy_string(RULE)
+    for evaluator in (IndexedEvaluator(policy), ReferenceEvaluator(policy)):
+        decision = evaluator.evaluate(Request("u", "a", "x\ud800"))
+        assert decision.effect is Effect.DENY
+        assert decision.errors[0].field == "resource"
