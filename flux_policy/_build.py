@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 
 from flux_policy._canonical import policy_digest
@@ -33,6 +33,14 @@ _MAX_RULES = 100_000
 _MAX_GROUPS = 10_000
 _MAX_LIST = 10_000  # members of one list (subjects, group members, `in` operands, ...)
 _MAX_TRUST_LEVELS = 64
+# Groups nested deeper than this are refused: both evaluators walk the nesting by
+# recursion, and no real role hierarchy is this deep.
+MAX_GROUP_DEPTH = 32
+# Bound on the flattened policy (an upper bound, duplicates counted): the groups' leaf
+# counts plus, per rule, |subjects| + |actions| + |resources| x |actions| expanded —
+# what the indexed evaluator materialises. A few hundred kB of groups can otherwise
+# flatten to tens of millions of entries.
+MAX_EXPANSION = 2_000_000
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:@/+-]{0,127}")
 _GROUP_NAME = re.compile(r"(?:role|group):[A-Za-z0-9_.:@/+-]{1,128}")
 _TEXT = re.compile(r"[^\x00-\x1f\x7f-\x9f\ud800-\udfff]{1,256}")
@@ -63,6 +71,8 @@ class _Builder:
         self.source = source
         self.levels: tuple[str, ...] = DEFAULT_TRUST_LEVELS
         self.groups: dict[str, tuple[str, ...]] = {}
+        self.sizes: dict[str, int] = {}  # leaf count of each group (upper bound)
+        self.expansion = 0  # running total against MAX_EXPANSION
 
     def fail(
         self, reason: PolicyLoadReason, msg: str, rule: str | None, field: str | None
@@ -137,11 +147,13 @@ class _Builder:
             for i, member in enumerate(members):
                 self._entry(member, name, f"{field}[{i}]", declared=raw, resource=False)
             self.groups[name] = tuple(sorted(set(members)))
-        self._check_acyclic()
+        self._check_groups()
 
-    def _check_acyclic(self) -> None:
+    def _check_groups(self) -> None:
+        """Refuse cycles, nesting over MAX_GROUP_DEPTH and flattening over MAX_EXPANSION."""
         # Iterative DFS (no recursion limit to hit); colours: 1 on the stack, 2 done.
         colour: dict[str, int] = {}
+        depth: dict[str, int] = {}
         for start in sorted(self.groups):
             if colour.get(start):
                 continue
@@ -152,6 +164,7 @@ class _Builder:
                 if not todo:
                     colour[node] = 2
                     stack.pop()
+                    self._measure(node, depth)
                     continue
                 child = todo.pop()
                 if colour.get(child) == 1:
@@ -166,6 +179,31 @@ class _Builder:
                 if not colour.get(child):
                     colour[child] = 1
                     stack.append((child, self._subgroups(child)))
+
+    def _measure(self, node: str, depth: dict[str, int]) -> None:
+        depth[node] = 1 + max((depth[g] for g in self._subgroups(node)), default=0)
+        if depth[node] > MAX_GROUP_DEPTH:
+            raise self.fail(
+                PolicyLoadReason.TOO_MANY,
+                f"groups nested more than {MAX_GROUP_DEPTH} deep",
+                node,
+                f"groups.{node}",
+            )
+        self.sizes[node] = self._size(self.groups[node])
+        self._spend(self.sizes[node], node, f"groups.{node}")
+
+    def _size(self, entries: Sequence[str]) -> int:
+        return sum(self.sizes.get(e, 1) if is_group_ref(e) else 1 for e in entries)
+
+    def _spend(self, amount: int, rule: str, field: str) -> None:
+        self.expansion += amount
+        if self.expansion > MAX_EXPANSION:
+            raise self.fail(
+                PolicyLoadReason.TOO_MANY,
+                f"policy flattens to more than {MAX_EXPANSION} entries",
+                rule,
+                field,
+            )
 
     def _subgroups(self, name: str) -> list[str]:
         return sorted(m for m in self.groups[name] if is_group_ref(m))
@@ -222,6 +260,9 @@ class _Builder:
         if not _ID.fullmatch(raw.id):
             raise self.fail(PolicyLoadReason.BAD_ID, "invalid rule id", raw.id, f"{prefix}.id")
         rid = raw.id
+        actions = self._size(raw.actions)
+        cost = self._size(raw.subjects) + actions + self._size(raw.resources) * actions
+        self._spend(cost, rid, prefix)
         lists: dict[str, tuple[str, ...]] = {}
         for name in ("subjects", "actions", "resources"):
             values: list[str] = getattr(raw, name)

@@ -93,3 +93,54 @@ def test_request_name_with_lone_surrogate_is_invalid() -> None:
         decision = evaluator.evaluate(Request("u", "a", "x\ud800"))
         assert decision.effect is Effect.DENY
         assert decision.errors[0].field == "resource"
+
+
+def _chain(depth: int) -> str:
+    lines = [f'"role:g{i}" = ["role:g{i + 1}", "u{i}"]' for i in range(depth)]
+    lines.append(f'"role:g{depth}" = ["u"]')
+    return (
+        "version = 1\n[groups]\n"
+        + "\n".join(lines)
+        + '\n[[grant]]\nid = "g"\nsubjects = ["role:g0"]\nactions = ["a"]\nresources = ["x"]\n'
+    )
+
+
+def test_group_nesting_too_deep_is_refused_at_load() -> None:
+    # Was: loaded fine, then both evaluators died with RecursionError on it.
+    err = _refused_text(_chain(3000))
+    assert err.reason is R.TOO_MANY
+    assert err.field is not None and err.field.startswith("groups.")
+
+
+def test_group_nesting_at_the_bound_evaluates_in_both() -> None:
+    from flux_policy._build import MAX_GROUP_DEPTH
+
+    policy = load_policy_string(_chain(MAX_GROUP_DEPTH - 1))
+    request = Request("u", "a", "x")
+    assert IndexedEvaluator(policy).evaluate(request).effect is Effect.ALLOW
+    assert ReferenceEvaluator(policy).evaluate(request).effect is Effect.ALLOW
+    with pytest.raises(PolicyLoadError):
+        load_policy_string(_chain(MAX_GROUP_DEPTH))
+
+
+def test_group_fan_out_that_would_blow_up_the_index_is_refused() -> None:
+    # 10,000 members shared by 2,000 groups (a 400 kB document) flatten to 20 million
+    # leaf entries; a rule naming a big group under many actions multiplies again.
+    from flux_policy._build import MAX_EXPANSION
+
+    members = [f"u{i}" for i in range(10_000)]
+    groups: dict[str, list[str]] = {"role:all": members}
+    groups.update({f"role:v{i}": ["role:all"] for i in range(2_000)})
+    with pytest.raises(PolicyLoadError) as info:
+        load_policy_dict({"version": 1, "groups": groups})
+    assert info.value.reason is R.TOO_MANY
+    resources = {"role:res": [f"r{i}" for i in range(10_000)]}
+    actions = [f"act{i}" for i in range(MAX_EXPANSION // 10_000 + 1)]
+    doc = {
+        "version": 1,
+        "groups": resources,
+        "grant": [_rule(resources=["role:res"], actions=actions)],
+    }
+    with pytest.raises(PolicyLoadError) as info:
+        load_policy_dict(doc)
+    assert (info.value.reason, info.value.rule) == (R.TOO_MANY, "r")
