@@ -15,6 +15,7 @@ from ._exceptions import EvidenceError, EvidenceReason
 
 __all__ = [
     "ENCODE_ERRORS",
+    "MAX_DATA_DEPTH",
     "canonical_json",
     "encode_data",
     "encode_label",
@@ -59,6 +60,36 @@ else:  # pragma: no cover - CPython always has the C accelerator
 
 
 _join = "".join
+
+# Deepest nesting of arrays/objects in a record's data. The C encoder and decoder
+# recurse once per level on the interpreter's stack (in 3.11 shared with Python frames,
+# 1000 by default): data an appender with a shallow stack can encode may not decode in a
+# reader deeper in its stack, and an acknowledged record would make its log fail to
+# verify or open. Well below the limit: a reader keeps ~850 frames of headroom.
+MAX_DATA_DEPTH = 128
+
+
+def too_deep(text: str, value: Any) -> bool:
+    """Whether *value* (parsed from the JSON *text*) nests deeper than MAX_DATA_DEPTH.
+
+    Two C-speed counts settle the usual case; only text with more brackets than the
+    bound is walked (iteratively; the walk visits each container once, so it is bounded
+    by the size of *value*).
+    """
+    if text.count("[") + text.count("{") <= MAX_DATA_DEPTH or not (
+        type(value) is dict or type(value) is list
+    ):
+        return False
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        children = node.values() if type(node) is dict else node
+        for child in children:
+            if type(child) is dict or type(child) is list:
+                if depth >= MAX_DATA_DEPTH:
+                    return True
+                stack.append((child, depth + 1))
+    return False
 
 
 encode_label = json.encoder.encode_basestring
@@ -122,8 +153,9 @@ def encode_data(data: Any) -> tuple[bytes, Any]:
 
     Guarantee: the copy is exactly what a reader of the log will see — *data* is
     refused unless it survives the round trip unchanged (so a tuple, a non-``str`` key
-    or a ``bool`` key is refused rather than silently rewritten), and unless its text is
-    valid Unicode (no lone surrogate).
+    or a ``bool`` key is refused rather than silently rewritten), unless its text is
+    valid Unicode (no lone surrogate), and unless it nests at most MAX_DATA_DEPTH
+    arrays/objects deep (so that a reader deeper in its stack can still decode it).
 
     Raises:
         EvidenceError: reason UNENCODABLE.
@@ -137,4 +169,10 @@ def encode_data(data: Any) -> tuple[bytes, Any]:
         raise _unencodable(exc) from exc
     if not same:
         raise _unencodable(None)
+    if too_deep(text, copy):
+        raise EvidenceError(
+            f"value nests deeper than {MAX_DATA_DEPTH} arrays/objects",
+            op="encode",
+            reason=EvidenceReason.UNENCODABLE,
+        )
     return raw, copy

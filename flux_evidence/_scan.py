@@ -20,7 +20,7 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._canonical import ENCODE_ERRORS, encode_str, loads_strict, scan_value
+from ._canonical import ENCODE_ERRORS, encode_str, loads_strict, scan_value, too_deep
 from ._exceptions import InvalidEvidenceError, TamperReason
 from ._record import (
     EMPTY_HASH,
@@ -94,7 +94,7 @@ def _match(line: bytes) -> _Matched | None:
     have to sit inside a string, where quotes are escaped); the suffix from it is
     matched exactly, the prefix up to ``data`` too, and ``data`` must be the canonical
     encoding of what it parses to (whitespace, escapes, key order, duplicate keys,
-    number forms, NaN/Infinity all rule a line out).
+    number forms, NaN/Infinity, nesting beyond MAX_DATA_DEPTH all rule a line out).
     """
     if len(line) > MAX_LINE_BYTES:
         return None
@@ -113,6 +113,8 @@ def _match(line: bytes) -> _Matched | None:
     try:  # canonical: exactly the encoding of what it parses to
         data, end = scan_value(data_text, 0)
         if end != len(data_text) or encode_str(data) != data_text:
+            return None
+        if too_deep(data_text, data):  # never written by append (see MAX_DATA_DEPTH)
             return None
     except (StopIteration, *ENCODE_ERRORS):
         return None
