@@ -180,7 +180,7 @@ class ReferenceEvaluator:
             if type(value) is not type(cond.value[0]):
                 return mismatch
             return value in cond.value
-        if not isinstance(value, str):
+        if type(value) is not str:  # exact type, as for equals and in: no str subclass
             return mismatch
         assert isinstance(cond.value, str)
         return value.startswith(cond.value)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 from typing import Any
 
 import pytest
@@ -144,3 +145,30 @@ def test_group_fan_out_that_would_blow_up_the_index_is_refused() -> None:
     with pytest.raises(PolicyLoadError) as info:
         load_policy_dict(doc)
     assert (info.value.reason, info.value.rule) == (R.TOO_MANY, "r")
+
+
+class _Env(enum.StrEnum):
+    PROD_EU = "prod-eu"
+
+
+def test_str_subclass_context_value_decides_the_same_in_both_evaluators() -> None:
+    # Was: the reference took a str subclass for a prefix condition (isinstance), the
+    # indexed evaluator called it a type mismatch: the reference allowed, indexed denied.
+    grant_only = load_policy_dict(
+        {"version": 1, "grant": [_rule(id="g", when=[{"attr": "env", "prefix": "prod"}])]}
+    )
+    with_deny = load_policy_dict(
+        {
+            "version": 1,
+            "grant": [_rule(id="g")],
+            "deny": [_rule(id="d", when=[{"attr": "zone", "prefix": "dmz"}])],
+        }
+    )
+    for policy, context in (
+        (grant_only, {"env": _Env.PROD_EU}),
+        (with_deny, {"zone": _Env.PROD_EU}),
+    ):
+        request = Request("u", "a", "x", context=context)
+        indexed = IndexedEvaluator(policy).evaluate(request)
+        assert ReferenceEvaluator(policy).evaluate(request) == indexed
+        assert indexed.effect is Effect.DENY
