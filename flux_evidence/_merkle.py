@@ -29,6 +29,10 @@ HASH_SIZE = 32
 # A proof never has more than 2 * 64 elements for a tree of fewer than 2**64 leaves;
 # anything longer is refused before any hashing.
 MAX_PROOF_LEN = 128
+# Trees this large or larger are refused by the verifiers before any hashing: the bound
+# above assumes them away, and the fold's shift loops run once per bit of a size (an
+# attacker's 2**100000 made each proof step shift a 100000-bit int 100000 times).
+MAX_TREE_SIZE = 2**64 - 1
 
 
 def leaf_hash(data: bytes) -> bytes:
@@ -171,11 +175,12 @@ def verify_inclusion(
     (RFC 9162 §2.1.3.2). *leaf* is leaf data, or the leaf hash when ``hashed=True``.
 
     Raises:
-        InvalidEvidenceError: reason BAD_PROOF on any mismatch (index, size, length).
+        InvalidEvidenceError: reason BAD_PROOF on any mismatch (index, size, length),
+            or a size over MAX_TREE_SIZE.
     """
     op = "verify_inclusion"
     _check_proof_shape(proof, op)
-    if type(index) is not int or type(size) is not int or not (0 <= index < size):
+    if type(index) is not int or type(size) is not int or not (0 <= index < size <= MAX_TREE_SIZE):
         raise _fail(op)
     if hashed and len(leaf) != HASH_SIZE:
         raise _fail(op)
@@ -193,11 +198,16 @@ def verify_consistency(
     Guarantee: returns only if the proof consumes exactly and reproduces both roots.
 
     Raises:
-        InvalidEvidenceError: reason BAD_PROOF on any mismatch.
+        InvalidEvidenceError: reason BAD_PROOF on any mismatch, or a size over
+            MAX_TREE_SIZE.
     """
     op = "verify_consistency"
     _check_proof_shape(proof, op)
-    if type(old_size) is not int or type(new_size) is not int or not 0 <= old_size <= new_size:
+    if (
+        type(old_size) is not int
+        or type(new_size) is not int
+        or not 0 <= old_size <= new_size <= MAX_TREE_SIZE
+    ):
         raise _fail(op)
     if old_size == new_size:
         if proof or not hmac.compare_digest(old_root, new_root):

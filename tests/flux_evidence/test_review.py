@@ -12,7 +12,18 @@ from typing import Any
 
 import pytest
 
-from flux_evidence import EvidenceError, EvidenceLog, EvidenceReason, verify
+from flux_evidence import (
+    EvidenceError,
+    EvidenceLog,
+    EvidenceReason,
+    InvalidEvidenceError,
+    TamperReason,
+    leaf_hash,
+    node_hash,
+    verify,
+    verify_consistency,
+    verify_inclusion,
+)
 from flux_evidence._canonical import MAX_DATA_DEPTH
 
 # How much deeper in its stack a reader may be than the appender was (a framework, a
@@ -78,3 +89,32 @@ def test_acknowledged_nested_record_reads_back_from_a_deeper_stack(
             return [r.data for r in log.query(kind="deep")]
 
     assert _deeper(READER_EXTRA_FRAMES, read_back) == [value]
+
+
+# -- Merkle proofs: sizes outside the model are refused before any loop runs -------------
+
+BEYOND = 2**64  # the proof-length bound assumes trees of fewer than 2**64 leaves
+HUGE = 2**100_000  # before the size bound, each proof step shifted this 100,000 times
+
+
+def test_inclusion_proof_for_a_tree_beyond_two_to_the_64_is_refused() -> None:
+    """A one-element proof 'proves' leaf 2**64 of a 2**64 + 1 tree; sizes that large
+    are outside what MAX_PROOF_LEN assumes, and a huge size made the fold's shift loop
+    run for minutes (quadratic in the size's bits)."""
+    leaf, sibling = b"leaf", b"\x07" * 32
+    root = node_hash(sibling, leaf_hash(leaf))
+    for index, size in [(BEYOND, BEYOND + 1), (HUGE, HUGE + 1)]:
+        with pytest.raises(InvalidEvidenceError) as info:
+            verify_inclusion(leaf, index, size, [sibling], root)
+        assert info.value.reason is TamperReason.BAD_PROOF
+    verify_inclusion(leaf, 1, 2, [sibling], root)  # the same proof, inside the model
+
+
+def test_consistency_proof_for_a_tree_beyond_two_to_the_64_is_refused() -> None:
+    old_root, step = b"\x01" * 32, b"\x02" * 32
+    new_root = node_hash(old_root, step)
+    for old_size, new_size in [(BEYOND, BEYOND + 1), (HUGE, HUGE + 1)]:
+        with pytest.raises(InvalidEvidenceError) as info:
+            verify_consistency(old_size, new_size, old_root, new_root, [step])
+        assert info.value.reason is TamperReason.BAD_PROOF
+    verify_consistency(2**63, 2**64 - 1, old_root, new_root, [step])  # inside the model
