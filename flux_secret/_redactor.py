@@ -170,8 +170,17 @@ class Redactor:
     def _marker_for(self, names: tuple[str, ...]) -> bytes:
         if self._named_marker is None:
             return self._marker
-        text = self._named_marker.replace("{names}", ",".join(names))
-        return text.encode("utf-8", "surrogatepass")
+        # A name is a caller's label and may hold a secret (another one's value, or an
+        # encoded form of its own): the label is masked like any text before it is shown.
+        label = ",".join(names).encode("utf-8", "surrogatepass")
+        pieces: list[bytes] = []
+        pos = 0
+        for s, e, _ in self._intervals(self._snapshot(), label, text=True):
+            pieces += [label[pos:s], self._marker]
+            pos = e
+        pieces.append(label[pos:])
+        template = self._named_marker.encode("utf-8", "surrogatepass")
+        return template.replace(b"{names}", b"".join(pieces))
 
     def _intervals(self, snap: Snapshot, data: bytes, *, text: bool) -> list[Interval]:
         found = snap.find(data)
