@@ -135,6 +135,10 @@ def _fail(op: str) -> InvalidEvidenceError:
     return InvalidEvidenceError(TamperReason.BAD_PROOF, seq=None, op=op)
 
 
+def _is_hash(value: object) -> bool:
+    return isinstance(value, bytes) and len(value) == HASH_SIZE
+
+
 def _check_proof_shape(proof: Sequence[bytes], op: str) -> None:
     if len(proof) > MAX_PROOF_LEN or any(
         not isinstance(p, bytes) or len(p) != HASH_SIZE for p in proof
@@ -182,7 +186,7 @@ def verify_inclusion(
     _check_proof_shape(proof, op)
     if type(index) is not int or type(size) is not int or not (0 <= index < size <= MAX_TREE_SIZE):
         raise _fail(op)
-    if hashed and len(leaf) != HASH_SIZE:
+    if not _is_hash(root) or not isinstance(leaf, bytes) or (hashed and len(leaf) != HASH_SIZE):
         raise _fail(op)
     _, r = _fold(index, size - 1, leaf if hashed else leaf_hash(leaf), proof, op)
     if not hmac.compare_digest(r, root):
@@ -209,14 +213,16 @@ def verify_consistency(
         or not 0 <= old_size <= new_size <= MAX_TREE_SIZE
     ):
         raise _fail(op)
+    if not _is_hash(old_root) or not _is_hash(new_root):
+        raise _fail(op)
     if old_size == new_size:
         if proof or not hmac.compare_digest(old_root, new_root):
             raise _fail(op)
         return
-    if old_size == 0:
-        if proof:
+    if old_size == 0:  # the empty tree (its root is MTH of nothing) prefixes every tree
+        if proof or not hmac.compare_digest(old_root, _mth([])):
             raise _fail(op)
-        return  # the empty tree is a prefix of every tree
+        return
     if not proof:
         raise _fail(op)
     path = list(proof)

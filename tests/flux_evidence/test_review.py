@@ -4,6 +4,7 @@ and fail closed on hostile input."""
 
 from __future__ import annotations
 
+import hashlib
 import sys
 import threading
 from collections.abc import Callable
@@ -20,6 +21,7 @@ from flux_evidence import (
     TamperReason,
     leaf_hash,
     node_hash,
+    tree_hash,
     verify,
     verify_consistency,
     verify_inclusion,
@@ -118,3 +120,34 @@ def test_consistency_proof_for_a_tree_beyond_two_to_the_64_is_refused() -> None:
             verify_consistency(old_size, new_size, old_root, new_root, [step])
         assert info.value.reason is TamperReason.BAD_PROOF
     verify_consistency(2**63, 2**64 - 1, old_root, new_root, [step])  # inside the model
+
+
+def test_consistency_from_the_empty_tree_checks_the_old_root() -> None:
+    """The tree of 0 leaves has one root, sha256(""): a consistency check from size 0
+    with any other old root claims something false and must fail."""
+    new_root = tree_hash([b"a", b"b"])
+    verify_consistency(0, 2, hashlib.sha256(b"").digest(), new_root, [])
+    with pytest.raises(InvalidEvidenceError) as info:
+        verify_consistency(0, 2, b"\x00" * 32, new_root, [])
+    assert info.value.reason is TamperReason.BAD_PROOF
+
+
+@pytest.mark.parametrize("bad", ["a" * 64, None, 5, b"short"])
+def test_proof_verifiers_refuse_malformed_roots_and_leaves_as_bad_proof(bad: Any) -> None:
+    """Every error from a public call is an EvidenceError: a root or leaf that is no
+    hash (a hex str, None, ...) fails closed as BAD_PROOF, never as a TypeError."""
+    leaves = [b"a", b"b", b"c"]
+    root = tree_hash(leaves)
+    calls: list[Callable[[], None]] = [
+        lambda: verify_inclusion(b"a", 0, 3, [leaf_hash(b"b"), leaf_hash(b"c")], bad),
+        lambda: verify_inclusion(bad, 0, 3, [leaf_hash(b"b"), leaf_hash(b"c")], root),
+        lambda: verify_inclusion(bad, 0, 1, [], leaf_hash(b"a"), hashed=True),
+        lambda: verify_consistency(3, 3, bad, root, []),
+        lambda: verify_consistency(0, 3, bad, root, []),
+        lambda: verify_consistency(2, 3, bad, root, [leaf_hash(b"c")]),
+        lambda: verify_consistency(2, 3, tree_hash(leaves[:2]), bad, [leaf_hash(b"c")]),
+    ]
+    for call in calls:
+        with pytest.raises(InvalidEvidenceError) as info:
+            call()
+        assert info.value.reason is TamperReason.BAD_PROOF
