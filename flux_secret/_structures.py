@@ -46,7 +46,12 @@ def _walk(red: Redactor, obj: object, depth: int) -> object:
     if isinstance(obj, bytes | bytearray):
         return red.redact_bytes(obj)
     if isinstance(obj, int | float):
-        text = repr(obj)
+        try:
+            text = repr(obj)
+        except ValueError as exc:  # an int over sys.get_int_max_str_digits(): no text
+            raise RedactionError(
+                "number too long to render", reason=RedactionReason.UNSUPPORTED_TYPE
+            ) from exc
         redacted = red.redact(text)
         return obj if redacted == text else redacted
     if isinstance(obj, SecretValue):

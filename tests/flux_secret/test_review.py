@@ -6,7 +6,7 @@ import binascii
 
 import pytest
 
-from flux_secret import Redactor
+from flux_secret import RedactionError, RedactionReason, Redactor
 
 A = "hunter2hunter2"
 B = "s3cr3tpassw0rd"
@@ -40,3 +40,12 @@ def test_named_marker_never_shows_an_encoded_form_of_the_secret_itself() -> None
     out = red.redact(A)
     assert hexed not in out
     assert A not in out
+
+
+def test_integer_too_long_for_decimal_text_is_a_typed_refusal() -> None:
+    # Was: ValueError (int max str digits) escaped from redact_obj.
+    red = Redactor()
+    red.register(A)
+    with pytest.raises(RedactionError) as info:
+        red.redact_obj({"k": [10**5000]})
+    assert info.value.reason is RedactionReason.UNSUPPORTED_TYPE
