@@ -94,15 +94,27 @@ def verify_checkpoint(
     Raises:
         InvalidEvidenceError: reason BAD_SIGNATURE when unsigned, signed with another
             algorithm than the key given, malformed, or not matching.
+        EvidenceError: reason BAD_ARGUMENT for an HMAC key :func:`sign_checkpoint`
+            would refuse (not bytes, shorter than MIN_HMAC_KEY_BYTES): a guessable key
+            verifies what anyone signs.
     """
 
     def bad() -> InvalidEvidenceError:
         return InvalidEvidenceError(TamperReason.BAD_SIGNATURE, seq=None, op="verify_checkpoint")
 
-    if not is_hex64(checkpoint.root) or type(checkpoint.size) is not int or checkpoint.size < 0:
+    if hmac_key is not None and (
+        not isinstance(hmac_key, bytes) or len(hmac_key) < MIN_HMAC_KEY_BYTES
+    ):
+        raise _bad_arg(f"hmac_key must be at least {MIN_HMAC_KEY_BYTES} bytes")
+    if (
+        type(checkpoint.log_id) is not str
+        or not is_hex64(checkpoint.root)
+        or type(checkpoint.size) is not int
+        or checkpoint.size < 0
+    ):
         raise bad()
     sig_hex = checkpoint.signature
-    if sig_hex is None:
+    if type(sig_hex) is not str:
         raise bad()
     try:
         sig = bytes.fromhex(sig_hex)

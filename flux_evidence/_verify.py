@@ -95,7 +95,8 @@ def verify(
     Raises:
         InvalidEvidenceError: the first bad seq and the reason.
         EvidenceError: NOT_FOUND, NOT_A_FILE or IO when the file cannot be read;
-            BAD_ARGUMENT for a malformed checkpoint (negative size, non-hex root).
+            BAD_ARGUMENT for a malformed checkpoint (negative size, non-hex root) or
+            an HMAC key shorter than the signer accepts.
     """
     data = read_log(os.fspath(path), op="verify")
     return verify_bytes(

@@ -5,6 +5,7 @@ and fail closed on hostile input."""
 from __future__ import annotations
 
 import hashlib
+import hmac
 import sys
 import threading
 from collections.abc import Callable
@@ -14,19 +15,25 @@ from typing import Any
 import pytest
 
 from flux_evidence import (
+    Checkpoint,
     EvidenceError,
     EvidenceLog,
     EvidenceReason,
     InvalidEvidenceError,
+    MemoryEvidenceLog,
     TamperReason,
     leaf_hash,
     node_hash,
+    sign_checkpoint,
     tree_hash,
     verify,
+    verify_bytes,
+    verify_checkpoint,
     verify_consistency,
     verify_inclusion,
 )
 from flux_evidence._canonical import MAX_DATA_DEPTH
+from flux_evidence._checkpoint import MIN_HMAC_KEY_BYTES
 
 # How much deeper in its stack a reader may be than the appender was (a framework, a
 # CLI, a test runner): the records an append acknowledged must still read back there.
@@ -151,3 +158,43 @@ def test_proof_verifiers_refuse_malformed_roots_and_leaves_as_bad_proof(bad: Any
         with pytest.raises(InvalidEvidenceError) as info:
             call()
         assert info.value.reason is TamperReason.BAD_PROOF
+
+
+# -- checkpoint signatures: the verifier fails closed on keys the signer would refuse ----
+
+KEY = b"k" * MIN_HMAC_KEY_BYTES
+
+
+@pytest.mark.parametrize("weak", [b"", b"short", b"x" * (MIN_HMAC_KEY_BYTES - 1)])
+def test_verify_checkpoint_refuses_an_hmac_key_the_signer_would_refuse(weak: bytes) -> None:
+    """A verifier handed an empty or short key (a missing secret read as b"") accepted
+    any checkpoint an attacker signed with that same guessable key."""
+    unsigned = Checkpoint("log", 3, "a" * 64)
+    forged = Checkpoint(
+        "log", 3, "a" * 64, "hmac-sha256", hmac.new(weak, unsigned.message(), "sha256").hexdigest()
+    )
+    with pytest.raises(EvidenceError) as info:
+        verify_checkpoint(forged, hmac_key=weak)
+    assert info.value.reason is EvidenceReason.BAD_ARGUMENT
+    with pytest.raises(EvidenceError) as info:
+        verify_bytes(MemoryEvidenceLog().to_bytes(), checkpoint=forged, hmac_key=weak)
+    assert info.value.reason is EvidenceReason.BAD_ARGUMENT
+
+
+def test_verify_checkpoint_malformed_fields_fail_closed() -> None:
+    """Fields of the wrong type are typed errors, and a non-str log id (whose message
+    would equal that of its str() spelling) does not verify."""
+    good = sign_checkpoint(Checkpoint("123", 3, "a" * 64), hmac_key=KEY)
+    verify_checkpoint(good, hmac_key=KEY)
+    with pytest.raises(EvidenceError) as info:
+        verify_checkpoint(good, hmac_key="k" * 32)  # type: ignore[arg-type]
+    assert info.value.reason is EvidenceReason.BAD_ARGUMENT
+    bad_fields: list[Checkpoint] = [
+        Checkpoint(123, 3, "a" * 64, good.algorithm, good.signature),  # type: ignore[arg-type]
+        Checkpoint("123", 3, "a" * 64, good.algorithm, 5),  # type: ignore[arg-type]
+        Checkpoint("123", 3, "a" * 64, good.algorithm, "zz" * 32),
+    ]
+    for checkpoint in bad_fields:
+        with pytest.raises(InvalidEvidenceError) as bad:
+            verify_checkpoint(checkpoint, hmac_key=KEY)
+        assert bad.value.reason is TamperReason.BAD_SIGNATURE
