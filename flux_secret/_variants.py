@@ -41,12 +41,40 @@ def _base64_forms(secret: bytes) -> list[bytes]:
     return out
 
 
+# Characters other JSON encoders escape by default as \u escapes: Go's encoding/json
+# (HTML-safe: "<", ">", "&", U+2028, U+2029), .NET's System.Text.Json (its default
+# encoder: '"', "<", ">", "&", "'", "+" and every non-ASCII character, upper-case hex).
+_GO_ESCAPED = "<>&\u2028\u2029"
+_DOTNET_ESCAPED = "<>&'+\u2028\u2029"
+_HEX_ESCAPE = re.compile(r"\\u[0-9a-f]{4}")
+
+
+def _escape_also(body: str, chars: str, *, quote: bool) -> str:
+    """*body* (a JSON string body as ``json.dumps`` writes it) with *chars* (and the
+    quote, if *quote*) written as ``\\u`` escapes too. Exact by plain replacement: none
+    of these characters occurs inside an escape sequence, and a quote only as ``\\"``."""
+    if quote:
+        body = body.replace('\\"', "\\u0022")
+    for char in chars:
+        body = body.replace(char, f"\\u{ord(char):04x}")
+    return body
+
+
+def _upper_hex(body: str) -> str:
+    """*body* with the hex digits of its ``\\u`` escapes in upper case."""
+    return _HEX_ESCAPE.sub(lambda m: "\\u" + m.group(0)[2:].upper(), body)
+
+
 def _text_forms(text: str) -> list[bytes]:
     out: list[bytes] = []
     for ensure_ascii in (False, True):
-        escaped = json.dumps(text, ensure_ascii=ensure_ascii)[1:-1]
-        out.append(escaped.encode("utf-8", "surrogatepass"))
-        out.append(escaped.replace("/", "\\/").encode("utf-8", "surrogatepass"))
+        plain = json.dumps(text, ensure_ascii=ensure_ascii)[1:-1]
+        go = _escape_also(plain, _GO_ESCAPED, quote=False)
+        dotnet = _escape_also(plain, _DOTNET_ESCAPED, quote=True)
+        for body in (plain, go, dotnet):
+            for form in (body, _upper_hex(body)):
+                out.append(form.encode("utf-8", "surrogatepass"))
+                out.append(form.replace("/", "\\/").encode("utf-8", "surrogatepass"))
     return out
 
 
@@ -69,11 +97,12 @@ def variants(secret: bytes, *, min_length: int) -> list[bytes]:
     Guarantee: the raw secret; base64 (standard and URL-safe alphabets, with and
     without padding, at the three byte offsets); ``quote``/``quote_plus`` (upper and
     lower-case escapes); JSON string escapes (ASCII-only and not, with and without
-    ``\\/``) and Python ``repr``/``ascii`` escapes when the secret is UTF-8 text; the
-    ``repr`` of the bytes; hex (lower and upper); and each line of a multi-line secret
-    that is at least *min_length* bytes. Every pattern is at least six bytes long
-    when the secret is (the shortest, a base64 core, has at least ``(8n - 10) / 6``
-    characters for an ``n``-byte secret).
+    ``\\/``, plain or with the HTML-safe escapes Go's and .NET's encoders add, with
+    lower- and upper-case hex digits) and Python ``repr``/``ascii`` escapes when the
+    secret is UTF-8 text; the ``repr`` of the bytes; hex (lower and upper); and each line
+    of a multi-line secret that is at least *min_length* bytes. Every pattern is at least
+    six bytes long when the secret is (the shortest, a base64 core, has at least
+    ``(8n - 10) / 6`` characters for an ``n``-byte secret).
 
     Not guaranteed: base64 wrapped across lines (MIME), other encodings (UTF-16,
     double URL-encoding, gzip), or a secret cut in half and encoded as two parts.

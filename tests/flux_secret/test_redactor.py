@@ -241,3 +241,31 @@ def test_python_repr_forms_are_masked() -> None:
     value = "tab\there-é-value"
     text = f"got {raw!r} and {value!r} and {value!a}"
     assert red.redact(text) == "got b'[redacted]' and '[redacted]' and '[redacted]'"
+
+
+# A secret with every character other JSON encoders escape, and its JSON string body as
+# they write it (from their documented defaults): Go's encoding/json escapes "<", ">",
+# "&", U+2028 and U+2029 and keeps other UTF-8; .NET's System.Text.Json (default
+# JavaScriptEncoder) also escapes '"', "'", "+" and all non-ASCII, with upper-case hex.
+OTHER_ENCODER_SECRET = "k<e>y&'+\"\\ä\u2028Zz/9"
+OTHER_ENCODER_FORMS = {
+    "go encoding/json": "k\\u003ce\\u003ey\\u0026'+\\\"\\\\ä\\u2028Zz/9",
+    "go, ASCII-only": "k\\u003ce\\u003ey\\u0026'+\\\"\\\\\\u00e4\\u2028Zz/9",
+    ".NET System.Text.Json": (
+        "k\\u003Ce\\u003Ey\\u0026\\u0027\\u002B\\u0022\\\\\\u00E4\\u2028Zz/9"
+    ),
+    ".NET, slash escaped": (
+        "k\\u003Ce\\u003Ey\\u0026\\u0027\\u002B\\u0022\\\\\\u00E4\\u2028Zz\\/9"
+    ),
+}
+
+
+@pytest.mark.parametrize("encoder", sorted(OTHER_ENCODER_FORMS))
+def test_json_escapes_of_other_encoders_are_masked(encoder: str) -> None:
+    form = OTHER_ENCODER_FORMS[encoder]
+    red = Redactor()
+    red.register(OTHER_ENCODER_SECRET, "k")
+    text = '{"token":"' + form + '"}'
+    out = red.redact(text)
+    assert form not in out and out == '{"token":"[redacted]"}'
+    assert red.redact_bytes(text.encode()) == out.encode()
