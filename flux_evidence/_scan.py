@@ -40,7 +40,7 @@ __all__ = ["ScanResult", "parse_line", "scan"]
 _STR = r'"(?:[^"\\\x00-\x1f]++|\\["\\bfnrt]|\\u00(?:0[0-7bef]|1[0-9a-f]))*+"'
 # A canonical integer, at most 4300 digits (CPython's int/str conversion limit).
 _UINT = r"(?:0|[1-9][0-9]{0,4299})"
-_INT = r"-?" + _UINT
+_INT = r"(?:0|-?[1-9][0-9]{0,4299})"  # as _UINT, or negative: never "-0"
 # The envelope, in canonical key order, split at the top-level "hash" key: the part
 # before "data" and the part from "hash" on (only scalars follow "data"). The two hash
 # fields are matched as any 64 characters but a quote: the scan compares them with

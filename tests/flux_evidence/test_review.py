@@ -34,6 +34,7 @@ from flux_evidence import (
 )
 from flux_evidence._canonical import MAX_DATA_DEPTH
 from flux_evidence._checkpoint import MIN_HMAC_KEY_BYTES
+from flux_evidence._scan import parse_line
 
 # How much deeper in its stack a reader may be than the appender was (a framework, a
 # CLI, a test runner): the records an append acknowledged must still read back there.
@@ -198,3 +199,31 @@ def test_verify_checkpoint_malformed_fields_fail_closed() -> None:
         with pytest.raises(InvalidEvidenceError) as bad:
             verify_checkpoint(checkpoint, hmac_key=KEY)
         assert bad.value.reason is TamperReason.BAD_SIGNATURE
+
+
+# -- the line grammar: exactly canonical, also for negative-zero integers ----------------
+
+
+def _rehash(prev_hex: str, line: bytes) -> bytes:
+    """*line* with its hash field recomputed, so only the grammar can reject it."""
+    cut = line.rfind(b',"hash":"')
+    body = line[:cut] + line[cut + len(b',"hash":"') + 65 :]
+    digest = hashlib.sha256(bytes.fromhex(prev_hex) + body).hexdigest().encode()
+    return line[: cut + 9] + digest + line[cut + 9 + 64 :]
+
+
+@pytest.mark.parametrize("field", [b'"ts":', b'"turn":'])
+def test_negative_zero_integer_in_the_envelope_is_not_canonical(field: bytes) -> None:
+    """Canonical JSON writes 0, never -0: a line whose ts or turn reads -0 (hash
+    recomputed) decodes to the same record as the 0 line but has another hash, so two
+    byte strings would stand for one record. parse_line and verify must refuse it."""
+    log = MemoryEvidenceLog(log_id="z", clock=lambda: 0)
+    log.append("k", 1, turn=0)
+    genesis, line = log.to_bytes().splitlines()
+    forged = _rehash(parse_line(line)[1].group("prev"), line.replace(field + b"0", field + b"-0"))  # type: ignore[index]
+    assert forged != line
+    assert parse_line(forged) is None
+    with pytest.raises(InvalidEvidenceError) as info:
+        verify_bytes(genesis + b"\n" + forged + b"\n")
+    assert info.value.reason is TamperReason.BAD_JSON
+    assert info.value.seq == 1
