@@ -234,9 +234,12 @@ class EvidenceLog(LogBase):
         the parent (flock is shared by the inherited descriptor, so it cannot exclude the
         child): drop the child's descriptor, so that only the parent's close releases
         the lock, and refuse appends as FORKED. Locks are replaced, not reused: another
-        thread of the parent may have held them at the fork."""
+        thread of the parent may have held them at the fork. The head stays the
+        parent's durable one: a group in flight at the fork may still fail there."""
+        durable = self._groups.durable
         self._lock = threading.Lock()
         self._groups = self._new_groups()
+        self._groups.durable = durable
         self._groups.stop()  # no group commit, ever
         self._forked = self._closed = True
         with contextlib.suppress(OSError):

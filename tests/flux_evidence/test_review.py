@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import os
+import signal
 import sys
 import threading
 from collections.abc import Callable
@@ -227,3 +229,51 @@ def test_negative_zero_integer_in_the_envelope_is_not_canonical(field: bytes) ->
         verify_bytes(genesis + b"\n" + forged + b"\n")
     assert info.value.reason is TamperReason.BAD_JSON
     assert info.value.seq == 1
+
+
+# -- batch mode: a forked child's head is the parent's durable head ---------------------
+
+JOIN_TIMEOUT_S = 10  # a hung thread or child fails the test instead of blocking it
+
+
+def test_forked_child_head_names_no_record_still_in_flight(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Forked while a group's fdatasync is under way, the child's copy of a batch log
+    must not give a head or checkpoint over the in-flight record: the parent's flush may
+    still fail and a crash may still lose it."""
+    path = tmp_path / "ev.jsonl"
+    log = EvidenceLog.open(path, fsync="batch")
+    durable = log.head()
+    durable_checkpoint = log.checkpoint()
+    in_fsync, release = threading.Event(), threading.Event()
+    real_fdatasync = os.fdatasync
+
+    def gated_fdatasync(fd: int) -> None:
+        in_fsync.set()
+        release.wait(JOIN_TIMEOUT_S)
+        real_fdatasync(fd)
+
+    monkeypatch.setattr(os, "fdatasync", gated_fdatasync)
+    appender = threading.Thread(target=lambda: log.append("k", {"i": 1}))
+    appender.start()
+    try:
+        assert in_fsync.wait(JOIN_TIMEOUT_S)
+        assert len(log) == durable.size + 1  # chained, not durable
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - runs in the child
+            code = 3
+            try:
+                signal.alarm(JOIN_TIMEOUT_S)
+                same = log.head() == durable and log.checkpoint() == durable_checkpoint
+                code = 0 if same else 1
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+    finally:
+        release.set()
+        appender.join(JOIN_TIMEOUT_S)
+        monkeypatch.undo()
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert not appender.is_alive()
+    log.close()
