@@ -135,7 +135,9 @@ class EvidenceLog(LogBase):
                 changed = True
             if result.torn_bytes:
                 self._append_recovery(len(dropped), hashlib.sha256(dropped).hexdigest())
-        if changed:
+        if changed or self._fsync != "never":
+            # Also what an earlier writer left unsynced (fsync="never", a crash): a
+            # head given by this writer names only durable records.
             self._fsync_now("open")
         if created or changed:
             try:

@@ -277,3 +277,26 @@ def test_forked_child_head_names_no_record_still_in_flight(
     assert os.waitstatus_to_exitcode(status) == 0
     assert not appender.is_alive()
     log.close()
+
+
+@pytest.mark.parametrize("mode", ["batch", "always"])
+def test_reopening_makes_inherited_records_durable_before_head(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: Any
+) -> None:
+    """Records a ``never`` writer left in the page cache are not known durable: a batch
+    writer that reopens the log must fdatasync them before its ``head()`` names them."""
+    path = tmp_path / "ev.jsonl"
+    with EvidenceLog.open(path, fsync="never") as log:
+        log.append("k", {"i": 1})
+    synced: list[int] = []
+    real_fdatasync = os.fdatasync
+
+    def spy(fd: int) -> None:
+        real_fdatasync(fd)
+        synced.append(os.fstat(fd).st_size)
+
+    monkeypatch.setattr(os, "fdatasync", spy)
+    with EvidenceLog.open(path, fsync=mode) as log:
+        head = log.head()
+        assert head.size == 2
+        assert synced and synced[0] == path.stat().st_size  # the whole file, at open
