@@ -10,7 +10,15 @@ import stat
 
 from ._exceptions import EvidenceError, EvidenceReason
 
-__all__ = ["fsync_dir", "io_error", "open_log_fd", "read_all", "read_log", "write_all"]
+__all__ = [
+    "fsync_dir",
+    "io_error",
+    "open_log_fd",
+    "pwrite_all",
+    "read_all",
+    "read_log",
+    "write_all",
+]
 
 _READ_CHUNK = 1 << 20
 # A regular-file write returns short only on errors like ENOSPC/EFBIG (which then raise
@@ -38,6 +46,17 @@ def write_all(fd: int, data: bytes) -> None:
         if written == len(view):
             return
         view = view[written:]
+    raise OSError(5, "too many short writes")  # EIO
+
+
+def pwrite_all(fd: int, data: bytes, offset: int) -> None:
+    """Write *data* completely at *offset* (one pwrite in the normal case)."""
+    view = memoryview(data)
+    for _ in range(_MAX_SHORT_WRITES):
+        written = os.pwrite(fd, view, offset)
+        if written == len(view):
+            return
+        view, offset = view[written:], offset + written
     raise OSError(5, "too many short writes")  # EIO
 
 

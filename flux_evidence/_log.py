@@ -13,7 +13,7 @@ from typing import Any, Literal, Self
 
 from ._base import Clock, LogBase
 from ._exceptions import EvidenceError, EvidenceReason, LogLockedError
-from ._fileio import fsync_dir, io_error, open_log_fd, read_all, write_all
+from ._fileio import fsync_dir, io_error, open_log_fd, pwrite_all, read_all, write_all
 from ._group import GroupCommit
 from ._record import Head, check_log_id
 from ._scan import scan
@@ -53,6 +53,7 @@ class EvidenceLog(LogBase):
         self._size = 0  # bytes of complete lines in the file
         # batch mode, once the log is loaded: lines are queued for the group's leader
         self._buffering = False
+        self._recovering: list[bytes] | None = None  # open, recovering a torn tail
         self._groups = self._new_groups()
 
     @classmethod
@@ -124,17 +125,16 @@ class EvidenceLog(LogBase):
         changed = False
         with self._lock:
             if result.torn_bytes:
-                dropped = buf[result.complete_len :]
-                try:
-                    os.ftruncate(self._fd, result.complete_len)
-                except OSError as exc:
-                    raise io_error("open", exc) from exc
-                changed = True
+                self._recovering = []  # the new lines go over the torn tail, in one write
             if not len(self._store):
                 self._append_genesis(log_id)
                 changed = True
             if result.torn_bytes:
+                dropped = buf[result.complete_len :]
                 self._append_recovery(len(dropped), hashlib.sha256(dropped).hexdigest())
+                lines, self._recovering = self._recovering or [], None
+                self._write_over_torn_tail(b"".join(lines))
+                changed = True
         if changed or self._fsync != "never":
             # Also what an earlier writer left unsynced (fsync="never", a crash): a
             # head given by this writer names only durable records.
@@ -176,6 +176,9 @@ class EvidenceLog(LogBase):
         if self._buffering:  # batch: the group's leader writes it (see _group.py)
             self._groups.add(line)
             return
+        if self._recovering is not None:  # open, recovering: written over the torn tail
+            self._recovering.append(line)
+            return
         try:
             written = os.write(self._fd, line)
             if written != len(line):  # short only on ENOSPC/EFBIG & co.: finish or raise
@@ -186,6 +189,30 @@ class EvidenceLog(LogBase):
         self._size += len(line)
         if self._always:
             self._fsync_now("append")
+
+    def _write_over_torn_tail(self, data: bytes) -> None:
+        """Recovery at open: write *data* (the new records, ending in the one that names
+        the dropped bytes) over the torn tail, then cut whatever is left of the tail.
+
+        Nothing is cut before the record naming it is in the file: a crash before the
+        write leaves the torn tail as it was; during it, a longer torn tail (the partial
+        new lines, no newline); between write and cut, complete new lines followed by
+        the rest of the old tail (no newline either). Each time the next open finds a
+        torn tail and recovers it again, and no dropped byte goes unrecorded.
+        """
+        fd = self._fd
+        try:
+            flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+            # With O_APPEND, Linux pwrite ignores its offset and appends.
+            fcntl.fcntl(fd, fcntl.F_SETFL, flags & ~os.O_APPEND)
+            try:
+                pwrite_all(fd, data, self._size)
+            finally:
+                fcntl.fcntl(fd, fcntl.F_SETFL, flags)
+            os.ftruncate(fd, self._size + len(data))
+        except OSError as exc:
+            raise io_error("open", exc) from exc
+        self._size += len(data)
 
     def _undo_partial(self) -> None:
         """Cut a partially written line; if even that fails, refuse all later appends."""

@@ -4,6 +4,9 @@ verifier never modify the file."""
 from __future__ import annotations
 
 import hashlib
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -143,3 +146,69 @@ def test_failed_write_leaves_no_partial_line(tmp_path: Path) -> None:
     assert result.torn_bytes == 0
     with EvidenceLog.open(path, readonly=True) as log:
         assert [r.kind for r in log] == ["genesis", "small", "after"]
+
+
+# A writer opens a log with a torn tail and is SIGKILLed at one point of the recovery:
+# just before its write over the tail ("pwrite"), after that write and before the cut of
+# what is left of the tail ("ftruncate"), or after the cut, before the fdatasync.
+# argv: path, the os function to die in.
+KILLED_DURING_RECOVERY = """
+import os, signal, sys
+from flux_evidence import EvidenceLog
+def die(*args):
+    os.kill(os.getpid(), signal.SIGKILL)
+setattr(os, sys.argv[2], die)
+EvidenceLog.open(sys.argv[1], fsync="always")
+"""
+
+
+@pytest.mark.parametrize("die_in", ["pwrite", "ftruncate", "fdatasync"])
+@pytest.mark.parametrize("torn_len", [7, 900])  # shorter and longer than a recovery line
+def test_a_crash_during_recovery_leaves_no_dropped_byte_unrecorded(
+    tmp_path: Path, die_in: str, torn_len: int
+) -> None:
+    """The torn bytes are never cut before the record naming them is in the file: after
+    a kill at any step of the recovery, the next open finds every dropped byte in the
+    recovery records (the original torn tail, or what is left of it after the record
+    written over it), and the log verifies."""
+    path = tmp_path / "ev.jsonl"
+    good = _make(path)
+    torn = (b'{"actor":null,"data":{"pad":"' + b"x" * torn_len)[:torn_len]
+    path.write_bytes(good + torn)
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_DURING_RECOVERY, str(path), die_in],
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    after_kill = path.read_bytes()
+    assert after_kill.startswith(good)
+    with EvidenceLog.open(path) as log:
+        recoveries = [r.data for r in log if r.kind == "recovery"]
+        head = log.head()
+    assert verify(path, expect_head=head).torn_bytes == 0
+    if die_in == "pwrite":  # killed before writing: the tail as it was, recovered once
+        assert after_kill == good + torn
+        assert recoveries == [
+            {"dropped_bytes": torn_len, "dropped_sha256": hashlib.sha256(torn).hexdigest()}
+        ]
+        return
+    # killed after the write over the tail: the first recovery record names the whole
+    # original tail; what may be left of it beyond that record (killed before the cut,
+    # with a tail longer than the record) is recovered, and named, by the next open
+    assert recoveries[0] == {
+        "dropped_bytes": torn_len,
+        "dropped_sha256": hashlib.sha256(torn).hexdigest(),
+    }
+    first_line_end = after_kill.index(b"\n", len(good)) + 1
+    leftover = after_kill[first_line_end:]
+    written = first_line_end - len(good)  # the recovery line written over the tail
+    assert bool(leftover) == (die_in == "ftruncate" and torn_len > written)
+    if leftover:
+        assert torn.endswith(leftover)
+        assert recoveries[1:] == [
+            {"dropped_bytes": len(leftover), "dropped_sha256": hashlib.sha256(leftover).hexdigest()}
+        ]
+    else:
+        assert len(recoveries) == 1
