@@ -87,7 +87,8 @@ _get_errno = ctypes.get_errno
 _HOW_SIZE = ctypes.sizeof(_OpenHow)
 
 # (flags, mode) -> (struct kept alive, its address). Flags come from this package
-# only, so the table stays a handful of entries.
+# only, so the table stays a handful of entries. Entries are never replaced: the
+# address handed to the kernel must stay valid (see _how).
 _hows: dict[tuple[int, int], tuple[_OpenHow, int]] = {}
 _openat2_state: list[bool] = []
 
@@ -97,8 +98,9 @@ def _how(flags: int, mode: int) -> int:
     entry = _hows.get(key)
     if entry is None:
         how = _OpenHow(flags, mode if flags & _CREATE_FLAGS else 0, _RESOLVE)
-        entry = (how, ctypes.addressof(how))
-        _hows[key] = entry
+        # setdefault, not assignment: two threads may build the same key at once, and
+        # the loser's struct dies when this returns; hand out only the one kept.
+        entry = _hows.setdefault(key, (how, ctypes.addressof(how)))
     return entry[1]
 
 
