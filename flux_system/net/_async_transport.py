@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import AsyncIterable, AsyncIterator, Iterable
 from typing import Any, final
 
@@ -10,10 +11,41 @@ import httpcore
 import httpx
 
 from flux_system.net._guard import GuardedTarget
-from flux_system.net._pins import PINS, dial_attempts, map_httpcore_errors
+from flux_system.net._pins import PINS, Pins, capped, dial_attempts, map_httpcore_errors
 from flux_system.net._pool import PinningTransport
 
 __all__ = ["AsyncGuardedTransport"]
+
+
+@final
+class _AsyncDeadlineStream(httpcore.AsyncNetworkStream):
+    """A socket stream whose every operation is capped by the request's total deadline."""
+
+    __slots__ = ("_inner",)
+
+    def __init__(self, inner: httpcore.AsyncNetworkStream) -> None:
+        self._inner = inner
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return await self._inner.read(max_bytes, capped(timeout))
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        await self._inner.write(buffer, capped(timeout))
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def start_tls(
+        self,
+        ssl_context: ssl.SSLContext,
+        server_hostname: str | None = None,
+        timeout: float | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        inner = await self._inner.start_tls(ssl_context, server_hostname, capped(timeout))
+        return _AsyncDeadlineStream(inner)
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._inner.get_extra_info(info)
 
 
 @final
@@ -37,7 +69,10 @@ class _AsyncPinnedBackend(httpcore.AsyncNetworkBackend):
         attempts = dial_attempts(host, port, timeout, local_address)
         for address, left in attempts:
             try:
-                return await self._inner.connect_tcp(str(address), port, left, None, socket_options)
+                stream = await self._inner.connect_tcp(
+                    str(address), port, left, None, socket_options
+                )
+                return _AsyncDeadlineStream(stream)
             except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
                 attempts.failed(exc)
         raise attempts.error()
@@ -56,13 +91,24 @@ class _AsyncPinnedBackend(httpcore.AsyncNetworkBackend):
 
 @final
 class _AsyncResponseStream(httpx.AsyncByteStream):
-    def __init__(self, stream: AsyncIterable[bytes]) -> None:
+    """The body, read with the request's pins in context (so its deadline caps reads)."""
+
+    def __init__(self, stream: AsyncIterable[bytes], pins: Pins) -> None:
         self._stream = stream
+        self._pins = pins
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        with map_httpcore_errors():
-            async for part in self._stream:
-                yield part
+        chunks = self._stream.__aiter__()
+        while True:
+            token = PINS.set(self._pins)
+            try:
+                with map_httpcore_errors():
+                    chunk = await anext(chunks, None)
+            finally:
+                PINS.reset(token)
+            if chunk is None:
+                return
+            yield chunk
 
     async def aclose(self) -> None:
         aclose = getattr(self._stream, "aclose", None)
@@ -95,7 +141,7 @@ class AsyncGuardedTransport(PinningTransport, httpx.AsyncBaseTransport):
         finally:
             PINS.reset(token)
         assert isinstance(response.stream, AsyncIterable)
-        return self._response(response, _AsyncResponseStream(response.stream), target)
+        return self._response(response, _AsyncResponseStream(response.stream, pins), target)
 
     async def aclose(self) -> None:
         await self._pool.aclose()

@@ -1,10 +1,13 @@
 """A total deadline expressed as httpcore's per-phase timeouts.
 
 httpx/httpcore timeouts are per phase (connect, each read, each write, pool wait).
-:class:`DeadlineTimeouts` is the mapping httpcore reads them from (it calls
-``timeouts.get("read")`` before every socket operation), and answers each lookup with
-``min(phase timeout, time left before the deadline)`` — so the deadline also bounds a
-server that drips one byte just before each read timeout.
+:class:`DeadlineTimeouts` is the mapping httpcore reads them from, and answers each
+lookup with ``min(phase timeout, time left before the deadline)``. httpcore looks a
+phase up once and reuses the value for every read of a response head (and loops over
+``1xx`` responses without bound), so that alone does not make the deadline total: the
+pinned network streams also cap every socket operation by the time left
+(:func:`._pins.capped`), which stops a server dripping header bytes or flooding
+``100 Continue``.
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ __all__ = [
     "PINS",
     "DialAttempts",
     "Pins",
+    "capped",
     "check_deadline",
     "connect_socket",
     "dial_attempts",
@@ -127,6 +128,26 @@ def check_deadline(pins: Pins, host: str) -> None:
             target=host,
             reason=EgressReason.DEADLINE,
         )
+
+
+def capped(timeout: float | None) -> float | None:
+    """*timeout* for one socket operation, capped by the current request's deadline.
+
+    httpcore reads a phase timeout once and reuses it for every read of a response
+    head, and loops over ``1xx`` responses without bound: a server dripping bytes or
+    flooding ``100 Continue`` never trips a per-read timeout. The pinned streams call
+    this before *every* read, write and handshake, so the deadline is total. Without
+    pins in the current context, or pins without a deadline, *timeout* is unchanged.
+
+    Raises:
+        EgressDeniedError: DEADLINE, the request's total deadline is spent.
+    """
+    pins = PINS.get()
+    if pins is None or pins.remaining is None:
+        return timeout
+    check_deadline(pins, pins.host)
+    left = pins.remaining()
+    return left if timeout is None or timeout > left else timeout
 
 
 _ERROR_MAP: Final[tuple[tuple[type[Exception], type[httpx.TransportError]], ...]] = (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Iterable, Iterator
 from typing import Any, final
 
@@ -10,10 +11,48 @@ import httpx
 from httpcore._backends.sync import SyncStream
 
 from flux_system.net._guard import GuardedTarget
-from flux_system.net._pins import PINS, connect_socket, dial_attempts, map_httpcore_errors
+from flux_system.net._pins import (
+    PINS,
+    Pins,
+    capped,
+    connect_socket,
+    dial_attempts,
+    map_httpcore_errors,
+)
 from flux_system.net._pool import PinningTransport
 
 __all__ = ["GuardedTransport"]
+
+
+@final
+class _DeadlineStream(httpcore.NetworkStream):
+    """A socket stream whose every operation is capped by the request's total deadline."""
+
+    __slots__ = ("_inner",)
+
+    def __init__(self, inner: httpcore.NetworkStream) -> None:
+        self._inner = inner
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self._inner.read(max_bytes, capped(timeout))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self._inner.write(buffer, capped(timeout))
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def start_tls(
+        self,
+        ssl_context: ssl.SSLContext,
+        server_hostname: str | None = None,
+        timeout: float | None = None,
+    ) -> httpcore.NetworkStream:
+        inner = self._inner.start_tls(ssl_context, server_hostname, capped(timeout))
+        return _DeadlineStream(inner)
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._inner.get_extra_info(info)
 
 
 @final
@@ -31,7 +70,9 @@ class _PinnedBackend(httpcore.NetworkBackend):
         attempts = dial_attempts(host, port, timeout, local_address)
         for address, left in attempts:
             try:
-                return SyncStream(connect_socket(address, port, left, socket_options))
+                return _DeadlineStream(
+                    SyncStream(connect_socket(address, port, left, socket_options))
+                )
             except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
                 attempts.failed(exc)
         raise attempts.error()
@@ -50,12 +91,24 @@ class _PinnedBackend(httpcore.NetworkBackend):
 
 @final
 class _ResponseStream(httpx.SyncByteStream):
-    def __init__(self, stream: Iterable[bytes]) -> None:
+    """The body, read with the request's pins in context (so its deadline caps reads)."""
+
+    def __init__(self, stream: Iterable[bytes], pins: Pins) -> None:
         self._stream = stream
+        self._pins = pins
 
     def __iter__(self) -> Iterator[bytes]:
-        with map_httpcore_errors():
-            yield from self._stream
+        chunks = iter(self._stream)
+        while True:
+            token = PINS.set(self._pins)
+            try:
+                with map_httpcore_errors():
+                    chunk = next(chunks, None)
+            finally:
+                PINS.reset(token)
+            if chunk is None:
+                return
+            yield chunk
 
     def close(self) -> None:
         close = getattr(self._stream, "close", None)
@@ -101,7 +154,7 @@ class GuardedTransport(PinningTransport, httpx.BaseTransport):
         finally:
             PINS.reset(token)
         assert isinstance(response.stream, Iterable)
-        return self._response(response, _ResponseStream(response.stream), target)
+        return self._response(response, _ResponseStream(response.stream, pins), target)
 
     def close(self) -> None:
         self._pool.close()
