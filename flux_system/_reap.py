@@ -256,6 +256,17 @@ class Tree:
         with _lock:
             _leaders.add(pid)
 
+    def our_members(self) -> list[int]:
+        """Our direct children in the tree's cgroup (a leader whose pid was lost)."""
+        lease = self._lease
+        if lease is None:
+            return []
+        try:
+            members = set(lease.members())
+        except OSError:
+            return []
+        return [pid for pid in _our_children() if pid in members]
+
     def kill(self, *, leader_exited: bool = False) -> bool:
         """SIGKILL every process of the tree and reap the re-parented ones.
 

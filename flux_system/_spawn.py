@@ -17,6 +17,7 @@ and no fd behind.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -136,6 +137,33 @@ def _translate(exc: BaseException, target: str, cwd_link: str) -> ProcessError:
 _SPAWN_FAILED = ProcessReason.SPAWN_FAILED
 
 
+def _no_survivor(tree: Tree, popen: subprocess.Popen[bytes], pidfd: int) -> int:
+    """After a failed spawn: kill and reap the child if one was forked; return *pidfd*.
+
+    Popen reaps a child whose exec failed. Any other exception after the fork (a
+    signal: ``KeyboardInterrupt``) leaves it running; when it came before Popen stored
+    the pid (right after ``fork_exec`` returned), the pid is found as our direct child
+    in the tree's cgroup. Not guaranteed without a cgroup: a lost pid stays lost.
+    """
+    pid: int | None = getattr(popen, "pid", None)
+    lost = pid is None
+    if pid is None:
+        found = tree.our_members()
+        if not found:
+            return pidfd
+        pid = found[0]
+    elif popen.returncode is not None:
+        return pidfd
+    if pidfd < 0:  # pins the leader (our unreaped child) for the kill
+        with contextlib.suppress(OSError):
+            pidfd = os.pidfd_open(pid)
+    tree.started(pid, pidfd)
+    tree.kill()
+    lost_pid = pid
+    tree.reap((lambda: os.waitpid(lost_pid, 0)[1]) if lost else popen.wait)
+    return pidfd
+
+
 def _build_spawn(spec: SpawnSpec, ws: DirAuthority) -> Spawned:
     """Create the child described by *spec*, with its cwd pinned beneath *ws*.
 
@@ -166,8 +194,11 @@ def _build_spawn(spec: SpawnSpec, ws: DirAuthority) -> Spawned:
     ours: list[int] = []
     theirs: list[int] = []
     cwd_fd = -1
+    pidfd = -1
     probe: int | None = None
-    popen: subprocess.Popen[bytes] | None = None
+    # Made before its __init__ runs: a signal (KeyboardInterrupt) raised out of Popen's
+    # constructor after the fork (its wait for the exec) still leaves us the child's pid.
+    popen: subprocess.Popen[bytes] = subprocess.Popen.__new__(subprocess.Popen)
     try:
         cwd_fd = ws._open_dir_fd(spec.cwd)
         try:
@@ -194,7 +225,8 @@ def _build_spawn(spec: SpawnSpec, ws: DirAuthority) -> Spawned:
         tree.enter(tid)  # this thread joins the tree's cgroup: the child is born inside
         try:
             try:
-                popen = subprocess.Popen(
+                subprocess.Popen.__init__(
+                    popen,
                     spec.argv,
                     executable=executable,
                     stdin=theirs[0] if spec.with_stdin else devnull(),
@@ -208,7 +240,7 @@ def _build_spawn(spec: SpawnSpec, ws: DirAuthority) -> Spawned:
                     user=priv.uid,
                     group=priv.gid,
                     extra_groups=[] if priv.uid is not None or priv.gid is not None else None,
-                    preexec_fn=preexec,  # noqa: PLW1509 - only for limits; no locks taken
+                    preexec_fn=preexec,  # only for limits; no locks taken
                 )
             except (OSError, subprocess.SubprocessError) as exc:
                 raise _translate(exc, target, cwd_link) from exc
@@ -221,17 +253,26 @@ def _build_spawn(spec: SpawnSpec, ws: DirAuthority) -> Spawned:
                 "pidfd_open failed", op="run", target=target, reason=_SPAWN_FAILED
             ) from exc
         tree.started(popen.pid, pidfd)
+        for fd in ours:
+            os.set_blocking(fd, False)
+        return Spawned(
+            popen=popen,
+            pidfd=pidfd,
+            tree=tree,
+            stdin_fd=ours[0] if spec.with_stdin else None,
+            stdin_probe=probe,
+            stdout_fd=out_r,
+            stderr_fd=err_r,
+            target=target,
+        )
     except BaseException:
         for fd in ours:
             os.close(fd)
         if probe is not None:
             os.close(probe)
-        if popen is not None:  # started, then something failed: no survivor
-            tree.started(popen.pid, tree.leader_fd)
-            tree.kill()
-            tree.reap(popen.wait)
-            if tree.leader_fd >= 0:
-                os.close(tree.leader_fd)
+        pidfd = _no_survivor(tree, popen, pidfd)
+        if pidfd >= 0:
+            os.close(pidfd)
         tree.release()
         raise
     finally:
@@ -239,15 +280,3 @@ def _build_spawn(spec: SpawnSpec, ws: DirAuthority) -> Spawned:
             os.close(fd)
         if cwd_fd >= 0:
             os.close(cwd_fd)
-    for fd in ours:
-        os.set_blocking(fd, False)
-    return Spawned(
-        popen=popen,
-        pidfd=pidfd,
-        tree=tree,
-        stdin_fd=ours[0] if spec.with_stdin else None,
-        stdin_probe=probe,
-        stdout_fd=out_r,
-        stderr_fd=err_r,
-        target=target,
-    )

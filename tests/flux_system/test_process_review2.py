@@ -1,0 +1,104 @@
+"""Regressions from the second adversarial review of System (docs/decisions/0022).
+
+Real processes; faults (a signal arriving at one exact point) are injected by a
+one-shot gate on the function running at that point. Each test failed before its fix.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from flux_system import Limits, System
+from flux_system._reap import cgroup_available
+from tests._capabilities import require
+from tests.flux_system._process_support import make_ws
+
+
+@pytest.fixture
+def system(tmp_path: Path) -> Iterator[System]:
+    with System(make_ws(tmp_path), max_children=1) as s:
+        s.run(["true"])  # warm the process-wide state (subreaper, libc lookups)
+        yield s
+
+
+def _gone(pid: int) -> bool:
+    """Whether *pid* no longer exists (neither running nor an unreaped zombie)."""
+    try:
+        psutil.Process(pid).status()
+    except psutil.NoSuchProcess:
+        return True
+    return False
+
+
+def _one_shot(
+    monkeypatch: pytest.MonkeyPatch,
+    owner: Any,
+    name: str,
+    after: Callable[[Any], None],
+    armed: Callable[[], bool] = lambda: True,
+) -> list[Any]:
+    """Wrap ``owner.name``: the first call once *armed* runs, then *after* gets its result."""
+    real = getattr(owner, name)
+    seen: list[Any] = []
+
+    def gate(*args: Any, **kwargs: Any) -> Any:
+        result = real(*args, **kwargs)
+        if not seen and armed():
+            seen.append(result)
+            monkeypatch.setattr(owner, name, real)
+            after(result)
+        return result
+
+    monkeypatch.setattr(owner, name, gate)
+    return seen
+
+
+def _interrupt(_: object) -> None:
+    raise KeyboardInterrupt
+
+
+# -- a signal delivered to the parent during the spawn --------------------------------
+
+
+@pytest.mark.parametrize("limits", [None, Limits(open_files=64)], ids=["vfork", "preexec"])
+def test_interrupt_right_after_the_fork_leaves_no_child(
+    system: System, monkeypatch: pytest.MonkeyPatch, limits: Limits | None
+) -> None:
+    # A SIGINT pending when fork_exec returns raises before Popen stores the pid: the
+    # child was left running, unreaped, in its cgroup (found there now).
+    require(cgroup_available(), "a writable pids cgroup (v1) for tree containment")
+    forked = _one_shot(monkeypatch, subprocess, "_fork_exec", _interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        system.run(["sleep", "30"], limits=limits)
+    assert forked and _gone(forked[0])
+    assert system.run(["true"]).exit_code == 0  # the slot (max_children=1) was given back
+
+
+def test_interrupt_while_popen_waits_for_the_exec_leaves_no_child(
+    system: System, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Raised out of Popen's errpipe read (its wait for the exec): pid stored, no reap.
+    forked = _one_shot(monkeypatch, subprocess, "_fork_exec", lambda pid: None)
+    _one_shot(monkeypatch, os, "read", _interrupt, armed=lambda: bool(forked))
+    with pytest.raises(KeyboardInterrupt):
+        system.run(["sleep", "30"], limits=Limits(open_files=64))
+    assert forked and _gone(forked[0])
+    assert system.run(["true"]).exit_code == 0
+
+
+def test_interrupt_after_popen_returned_leaves_no_child(
+    system: System, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    forked = _one_shot(monkeypatch, subprocess, "_fork_exec", lambda pid: None)
+    _one_shot(monkeypatch, os, "set_blocking", _interrupt, armed=lambda: bool(forked))
+    with pytest.raises(KeyboardInterrupt):
+        system.run(["sleep", "30"])
+    assert forked and _gone(forked[0])
+    assert system.run(["true"]).exit_code == 0
