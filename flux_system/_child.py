@@ -87,18 +87,43 @@ class ManagedChild:
         self._done = threading.Event()
         self._callbacks: list[Callable[[], None]] = []
         self._on_done = on_done
+        self._claimed = False  # whether the drain thread or abandon() finishes the child
         self.error: BaseException | None = None
         deadline = None if timeout is None else time.monotonic() + timeout
         self._thread = threading.Thread(
             target=self._drive, args=(deadline,), name=f"flux-child-{sp.pid}", daemon=True
         )
-        self._thread.start()
 
     @property
     def pid(self) -> int:
         return self._sp.pid
 
+    def _start(self) -> None:
+        """Start the drain thread (once); if that fails, kill and reap the tree, re-raise."""
+        try:
+            self._thread.start()
+        except BaseException:  # no thread (thread limit), or a signal while it started
+            self._abandon()
+            raise
+
+    def _abandon(self) -> None:
+        """Kill the tree; finish it here unless the drain thread already owns it.
+
+        For a child whose :meth:`_start` failed or was never called. Idempotent; either
+        way ``on_done`` runs exactly once (here or in the drain thread).
+        """
+        self._sp.tree.kill()
+        if self._claim():
+            self._end()
+
+    def _claim(self) -> bool:
+        with self._lock:
+            claimed, self._claimed = self._claimed, True
+        return not claimed
+
     def _drive(self, deadline: float | None) -> None:
+        if not self._claim():  # abandoned before this thread ran: finished there
+            return
         try:
             if not drive_sync(self._sess, deadline):
                 self._timed_out = True
@@ -108,13 +133,16 @@ class ManagedChild:
             self.error = exc
             self._sess.kill()
         finally:
-            self._code = self._sess.finish()
-            self._done.set()
-            with self._lock:
-                callbacks, self._callbacks = self._callbacks, []
-            for cb in callbacks:
-                cb()
-            self._on_done(self)
+            self._end()
+
+    def _end(self) -> None:
+        self._code = self._sess.finish()
+        self._done.set()
+        with self._lock:
+            callbacks, self._callbacks = self._callbacks, []
+        for cb in callbacks:
+            cb()
+        self._on_done(self)
 
     def read_output(self) -> ChildOutput:
         """Take the output buffered since the previous call (never blocks)."""

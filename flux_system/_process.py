@@ -396,21 +396,30 @@ class System:
         if isinstance(buffer_cap, bool) or not isinstance(buffer_cap, int) or buffer_cap < 1:
             raise ValueError("buffer_cap must be a positive int")
         sp = self._start(argv, env, data, cwd, limits)
-        with self._lock:
-            child = ManagedChild(
-                sp,
-                stdin=data,
-                buffer_cap=buffer_cap,
-                observer=observer,
-                timeout=timeout,
-                on_done=self._child_done,
-            )
-            self._children.add(child)
-            closed = self._closed
-        if closed:  # close() ran after admission and could not see this child
-            child.kill()
-            child.join()
-            raise ProcessError("System is closed", op="run", reason=ProcessReason.CLOSED)
+        child: ManagedChild | None = None
+        try:
+            with self._lock:
+                child = ManagedChild(
+                    sp,
+                    stdin=data,
+                    buffer_cap=buffer_cap,
+                    observer=observer,
+                    timeout=timeout,
+                    on_done=self._child_done,
+                )
+                self._children.add(child)
+                closed = self._closed
+            if closed:  # close() ran after admission and could not see this child
+                raise ProcessError("System is closed", op="run", reason=ProcessReason.CLOSED)
+            child._start()
+        except BaseException:  # no survivor: the thread limit, a signal, close()
+            if child is None:
+                self._abort(sp, None)
+                self._release()
+            else:  # its on_done gives back the slot, once
+                child._abandon()
+                child.join()
+            raise
         return child
 
     # -- lifetime ------------------------------------------------------------------------

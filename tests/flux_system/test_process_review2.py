@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import subprocess
+import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -102,3 +104,37 @@ def test_interrupt_after_popen_returned_leaves_no_child(
         system.run(["sleep", "30"])
     assert forked and _gone(forked[0])
     assert system.run(["true"]).exit_code == 0
+
+
+def _wait_gone(pid: int) -> bool:
+    """Whether *pid* is gone within a generous bound (another thread reaps it)."""
+    for _ in range(1000):
+        if _gone(pid):
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def _no_thread(*args: object) -> None:
+    raise RuntimeError("can't start new thread")
+
+
+@pytest.mark.parametrize("fault", ["thread refused", "interrupt in start"])
+def test_spawn_whose_drain_thread_fails_leaves_no_child(
+    system: System, monkeypatch: pytest.MonkeyPatch, fault: str
+) -> None:
+    # ManagedChild's drain thread could not start (thread limit), or a signal came
+    # while Thread.start waited for it: the child was left running, its slot taken.
+    forked = _one_shot(monkeypatch, subprocess, "_fork_exec", lambda pid: None)
+    if fault == "thread refused":
+        monkeypatch.setattr(threading, "_start_new_thread", _no_thread)
+        expected: type[BaseException] = RuntimeError
+    else:
+        _one_shot(monkeypatch, threading.Thread, "start", _interrupt)
+        expected = KeyboardInterrupt
+    with pytest.raises(expected):
+        system.spawn(["sleep", "30"])
+    monkeypatch.undo()
+    assert forked and _wait_gone(forked[0])
+    child = system.spawn(["true"])  # the slot (max_children=1) was given back
+    assert child.join(30) and child.status().exit_code == 0
