@@ -6,10 +6,14 @@ import errno
 import os
 
 from flux_system._exceptions import WorkspaceError, WorkspaceReason
+from flux_system._pathname import PATH_MAX
 
 __all__ = ["list_names", "walk_tree"]
 
 _MAX_WALK_DEPTH = 256  # directory fds a walk holds at once (one per nesting level)
+# A returned path must be one the API accepts back (under PATH_MAX bytes). This also
+# bounds memory: without it 256 levels of 255-byte names make each entry ~64 KiB.
+_MAX_PATH_BYTES = PATH_MAX - 1
 _SUBDIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
 
@@ -49,6 +53,10 @@ def _entries(fd: int, budget: int, op: str, display: str, bound: int) -> list[tu
     return items
 
 
+def _too_deep(op: str, display: str, what: str) -> WorkspaceError:
+    return WorkspaceError(f"{op}: {what}", op=op, path=display, reason=WorkspaceReason.TOO_DEEP)
+
+
 def walk_tree(topfd: int, prefix: str, *, max_entries: int, op: str, display: str) -> list[str]:
     """Pre-order, sorted walk of the directory *topfd* (borrowed, not closed).
 
@@ -58,7 +66,8 @@ def walk_tree(topfd: int, prefix: str, *, max_entries: int, op: str, display: st
 
     Raises:
         WorkspaceError: ``TOO_MANY_ENTRIES`` past *max_entries*, ``TOO_DEEP`` past
-            :data:`_MAX_WALK_DEPTH` nesting levels.
+            :data:`_MAX_WALK_DEPTH` nesting levels or for a path of ``PATH_MAX`` bytes
+            or more (which the API would refuse back).
     """
     out: list[str] = []
     frames: list[tuple[int, str, list[tuple[str, bool]]]] = []
@@ -74,6 +83,9 @@ def walk_tree(topfd: int, prefix: str, *, max_entries: int, op: str, display: st
                 continue
             name, is_dir = items.pop()
             rel = base + name
+            # str length <= encoded length, so only long paths pay for the encode
+            if len(rel) > _MAX_PATH_BYTES // 4 and len(os.fsencode(rel)) > _MAX_PATH_BYTES:
+                raise _too_deep(op, display, f"path longer than {_MAX_PATH_BYTES} bytes")
             out.append(rel)
             if len(out) > max_entries:
                 raise _too_many(op, display, max_entries)
@@ -87,12 +99,7 @@ def walk_tree(topfd: int, prefix: str, *, max_entries: int, op: str, display: st
                 raise
             if len(frames) > _MAX_WALK_DEPTH:
                 os.close(sub)
-                raise WorkspaceError(
-                    f"{op}: deeper than {_MAX_WALK_DEPTH} levels",
-                    op=op,
-                    path=display,
-                    reason=WorkspaceReason.TOO_DEEP,
-                )
+                raise _too_deep(op, display, f"deeper than {_MAX_WALK_DEPTH} levels")
             try:
                 items_sub = _entries(sub, max_entries - len(out), op, display, max_entries)
             except BaseException:

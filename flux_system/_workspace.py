@@ -279,7 +279,8 @@ class Workspace(Mutations):
 
         Raises:
             WorkspaceError: ``TOO_MANY_ENTRIES`` past *max_entries* (no silent
-                truncation), ``TOO_DEEP`` past 256 levels, ``NOT_A_DIRECTORY``, ...
+                truncation), ``TOO_DEEP`` past 256 levels or for a path the API would
+                refuse back (``PATH_MAX`` bytes or more), ``NOT_A_DIRECTORY``, ...
         """
         op = "walk"
         if not isinstance(max_entries, int) or isinstance(max_entries, bool):

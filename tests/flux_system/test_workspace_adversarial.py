@@ -3,15 +3,19 @@
 See docs/decisions/0014-workspace-review.md (section "Third review"). Nothing here is
 mocked: gates on constructors or os functions only decide *when* something happens.
 """
+# ruff: noqa: F811 - pytest fixtures imported from _ws_support are parameters here
 
 from __future__ import annotations
 
 import os
 import threading
+from pathlib import Path
 
 import pytest
 
-from flux_system import _resolve
+from flux_system import Workspace, WorkspaceError, WorkspaceReason, _resolve
+from flux_system._pathname import PATH_MAX
+from tests.flux_system._ws_support import resolver, root, ws  # noqa: F401
 
 
 class _GatedHow(_resolve._OpenHow):
@@ -47,3 +51,49 @@ def test_openat2_how_handed_out_is_the_one_kept_alive(monkeypatch: pytest.Monkey
     assert len(got) == 2
     kept = _resolve._hows[(flags, 0)]
     assert got == [kept[1], kept[1]]
+
+
+def _chain(root: Path, names: list[str], leaf: str) -> None:
+    """root/names[0]/names[1]/.../leaf, built by fds (the whole may exceed PATH_MAX)."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for name in names:
+            os.mkdir(name, dir_fd=fd)
+            nxt = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+        os.close(os.open(leaf, os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd))
+    finally:
+        os.close(fd)
+
+
+def test_walk_never_returns_a_path_the_api_refuses(ws: Workspace, root: Path) -> None:
+    """A tree whose paths grow past PATH_MAX (built inside the root by someone else).
+
+    Each returned path used to be the whole chain of names: 256 levels of 255-byte
+    names make every entry ~64 KiB, so ``max_entries`` entries cost ~6 GiB, and none
+    of them could be passed back (``TOO_LONG``). The walk now refuses with
+    ``TOO_DEEP`` (no silent truncation); a tree just below the bound still walks and
+    every path it returns is usable.
+    """
+    name = "n" * 250
+    below = (PATH_MAX - 1) // (len(name) + 1)  # levels whose paths stay under PATH_MAX
+    _chain(root, [name] * (below - 1), "f")
+    got = ws.walk()
+    assert len(got) == below
+    for path in got:
+        ws.stat(path)  # every returned path is accepted back
+    _chain(root, ["m" * 250] * (below + 2), "f")
+    with pytest.raises(WorkspaceError) as info:
+        ws.walk()
+    assert info.value.reason is WorkspaceReason.TOO_DEEP
+
+
+def test_walk_depth_bound_is_exact(ws: Workspace, root: Path) -> None:
+    """256 nested directories walk; the 257th level is ``TOO_DEEP`` (not truncated)."""
+    _chain(root, ["d"] * 256, "f")  # 256 nested directories and a file
+    assert len(ws.walk()) == 257
+    _chain(root, ["e"] * 257, "f")
+    with pytest.raises(WorkspaceError) as info:
+        ws.walk()
+    assert info.value.reason is WorkspaceReason.TOO_DEEP
