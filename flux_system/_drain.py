@@ -74,17 +74,18 @@ class _Lines:
     def feed(self, data: bytes) -> None:
         buf = self._pending + data
         start = 0
-        while True:
-            nl = buf.find(b"\n", start)
-            if nl < 0 or nl - start >= MAX_LINE:
+        end = len(buf)
+        while True:  # each step emits a line or a MAX_LINE piece: bounded by len(buf)
+            nl = buf.find(b"\n", start, start + MAX_LINE)
+            if nl >= 0:
+                self._observer(self._name, buf[start : nl + 1])
+                start = nl + 1
+            elif end - start >= MAX_LINE:  # a piece of a long line; lines after it stay whole
+                self._observer(self._name, buf[start : start + MAX_LINE])
+                start += MAX_LINE
+            else:
                 break
-            self._observer(self._name, buf[start : nl + 1])
-            start = nl + 1
-        rest = buf[start:]
-        while len(rest) >= MAX_LINE:
-            self._observer(self._name, rest[:MAX_LINE])
-            rest = rest[MAX_LINE:]
-        self._pending = rest
+        self._pending = buf[start:]
 
     def flush(self) -> None:
         if self._pending:

@@ -18,6 +18,7 @@ import psutil
 import pytest
 
 from flux_system import Limits, System
+from flux_system._drain import MAX_LINE, Capture, Ring, grow_pipe
 from flux_system._reap import cgroup_available
 from tests._capabilities import require
 from tests.flux_system._process_support import make_ws
@@ -138,3 +139,33 @@ def test_spawn_whose_drain_thread_fails_leaves_no_child(
     assert forked and _wait_gone(forked[0])
     child = system.spawn(["true"])  # the slot (max_children=1) was given back
     assert child.join(30) and child.status().exit_code == 0
+
+
+# -- the line observer ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("buffer", [Capture, Ring])
+def test_short_lines_after_a_long_one_reach_the_observer_one_by_one(
+    buffer: type[Capture] | type[Ring],
+) -> None:
+    # One read holding a line longer than MAX_LINE and then short lines: everything
+    # after the long line's first piece went out in MAX_LINE slices, many lines each.
+    seen: list[bytes] = []
+    stream = buffer("stdout", 1 << 20, lambda name, piece: seen.append(piece))
+    data = b"A" * (MAX_LINE + 4464) + b"\n" + b"b\n" * 40_000
+    r, w = os.pipe()
+    try:
+        grow_pipe(w)  # the whole payload in the pipe: one read takes it
+        assert os.write(w, data) == len(data)
+        os.close(w)
+        w = -1
+        while stream.read_from(r):
+            pass
+    finally:
+        os.close(r)
+        if w >= 0:
+            os.close(w)
+    assert b"".join(seen) == data
+    assert all(piece.count(b"\n") <= 1 for piece in seen)
+    assert all(piece.endswith(b"\n") or len(piece) == MAX_LINE for piece in seen)
+    assert seen.count(b"b\n") == 40_000
