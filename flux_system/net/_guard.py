@@ -176,7 +176,12 @@ def _decide(
         raise _deny(EgressReason.TOO_MANY_ANSWERS, "too many answers", op, host)
     if len(answers) == 0:
         raise _deny(EgressReason.RESOLUTION_FAILED, "no address", op, host)
-    for alias in getattr(answers, "aliases", ())[:MAX_ANSWERS]:
+    aliases = getattr(answers, "aliases", ())
+    if not isinstance(aliases, tuple | list):
+        raise _deny(EgressReason.RESOLUTION_FAILED, "aliases are not a sequence", op, host)
+    if len(aliases) > MAX_ANSWERS:  # never skip one: deny rather than check a prefix
+        raise _deny(EgressReason.TOO_MANY_ANSWERS, "too many CNAME targets", op, host)
+    for alias in aliases:
         if not isinstance(alias, str) or (
             is_internal_name(alias) and not grants.admits_name(alias)
         ):

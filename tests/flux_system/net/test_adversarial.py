@@ -7,6 +7,8 @@ DESIGN §2.4. Real servers on loopback, nothing patched.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
+from ipaddress import IPv4Address, IPv6Address
 from typing import Any
 
 import anyio
@@ -17,9 +19,11 @@ from flux_system.net import (
     PrivateNetAllow,
     RequestLimits,
     StaticResolver,
+    guard_url,
     guarded_async_client,
     guarded_client,
 )
+from flux_system.net._resolver import MAX_ANSWERS, Resolution
 from tests.flux_system.net._servers import Handler, LoopbackHTTP, Route, free_port_on
 
 GRANT = PrivateNetAllow(cidrs=["127.0.0.1/32"])
@@ -99,3 +103,33 @@ def test_async_response_head_cannot_outlast_the_total_deadline(port: int, path: 
 
     with LoopbackHTTP("127.0.0.1", port, routes=dict(_HOSTILE)):
         anyio.run(main)
+
+
+class _Aliased:
+    """A resolver (the protocol allows any) that reports a CNAME chain with its answer."""
+
+    def __init__(self, aliases: object) -> None:
+        self.aliases = aliases
+
+    def resolve(self, host: str, port: int) -> Sequence[IPv4Address | IPv6Address]:
+        answer = Resolution([IPv4Address("93.184.216.34")])
+        answer.aliases = self.aliases  # type: ignore[assignment]
+        return answer
+
+
+@pytest.mark.parametrize(
+    ("aliases", "reason"),
+    [
+        # An internal name after the first MAX_ANSWERS aliases was never looked at.
+        (
+            (*(f"hop{i}.flux.example" for i in range(MAX_ANSWERS)), "db.corp.internal"),
+            EgressReason.TOO_MANY_ANSWERS,
+        ),
+        # Aliases that cannot be sliced escaped as a TypeError, not a refusal.
+        ({"db.corp.internal"}, EgressReason.RESOLUTION_FAILED),
+    ],
+)
+def test_every_alias_a_resolver_reports_is_checked(aliases: object, reason: EgressReason) -> None:
+    with pytest.raises(EgressDeniedError) as info:
+        guard_url("https://example.com/", resolver=_Aliased(aliases))
+    assert info.value.reason is reason
