@@ -110,11 +110,39 @@ DENIED_HOOKS: frozenset[str] = frozenset(
         "LESSCLOSE",
         "ZDOTDIR",
         "BASH_XTRACEFD",
+        # shells: prompts expand $(...) in interactive shells; autoloaded functions
+        "PS0",
+        "PS1",
+        "PS2",
+        "FPATH",
+        # runtimes and tools that run or load code named by a variable at startup
+        "PHPRC",
+        "PHP_INI_SCAN_DIR",
+        "R_PROFILE",
+        "R_PROFILE_USER",
+        "R_ENVIRON",
+        "R_ENVIRON_USER",
+        "TCLLIBPATH",
+        "VIMINIT",
+        "GVIMINIT",
+        "EXINIT",
+        "MYVIMRC",
+        "HGRCPATH",
+        "SUDO_ASKPASS",
+        "SUDO_EDITOR",
+        "MANPAGER",
+        "BROWSER",
+        # ambient authority, like SSH_AUTH_SOCK: session bus, X server, Kerberos tickets
+        "DBUS_SESSION_BUS_ADDRESS",
+        "XAUTHORITY",
+        "KRB5CCNAME",
+        "GPG_AGENT_INFO",
     }
 )
 # Whole families: the loader (LD_, DYLD_), malloc tunables, exported bash functions
-# (``BASH_FUNC_name%%``), interpreter hooks (PYTHON*, PERL*, RUBY*, NODE_*), git's
-# command and config hooks (GIT_*).
+# (``BASH_FUNC_name%%``), interpreter hooks (PYTHON*, PERL*, RUBY*, NODE_*, LUA_INIT /
+# LUA_CPATH, .NET startup hooks and profilers, Erlang's -eval flags, npm's script
+# shell), git's command and config hooks (GIT_*).
 _DENIED_PREFIXES = (
     "LD_",
     "DYLD_",
@@ -125,6 +153,13 @@ _DENIED_PREFIXES = (
     "RUBY",
     "NODE_",
     "GIT_",
+    "LUA_",
+    "DOTNET_",
+    "CORECLR_",
+    "COR_",
+    "COMPLUS_",
+    "ERL_",
+    "NPM_CONFIG_",
 )
 
 # Bound on a child's PATH: entries looked at before argv[0] is declared not found.

@@ -169,3 +169,46 @@ def test_short_lines_after_a_long_one_reach_the_observer_one_by_one(
     assert all(piece.count(b"\n") <= 1 for piece in seen)
     assert all(piece.endswith(b"\n") or len(piece) == MAX_LINE for piece in seen)
     assert seen.count(b"b\n") == 40_000
+
+
+# -- the environment -------------------------------------------------------------------
+
+# Startup hooks that run code, load libraries or grant ambient authority, for runtimes
+# and tools the first review's list did not name (each one, e.g. LUA_INIT, runs the
+# code in its value at interpreter start).
+MORE_HOOKS = {
+    "LUA_INIT": "os.execute('touch pwned')",
+    "LUA_INIT_5_4": "os.execute('touch pwned')",
+    "LUA_CPATH": "/nonexistent/?.so",
+    "DOTNET_STARTUP_HOOKS": "/nonexistent/Hook.dll",
+    "CORECLR_PROFILER_PATH": "/nonexistent/profiler.so",
+    "COR_PROFILER_PATH": "/nonexistent/profiler.so",
+    "COMPlus_EnableDiagnostics": "1",
+    "ERL_AFLAGS": "-eval halt()",
+    "PHPRC": "/nonexistent/php.ini",
+    "PHP_INI_SCAN_DIR": "/nonexistent",
+    "R_PROFILE_USER": "/nonexistent/Rprofile",
+    "TCLLIBPATH": "/nonexistent",
+    "VIMINIT": ":!touch pwned",
+    "EXINIT": ":!touch pwned",
+    "HGRCPATH": "/nonexistent/hgrc",
+    "NPM_CONFIG_SCRIPT_SHELL": "/nonexistent/sh",
+    "SUDO_ASKPASS": "/nonexistent/askpass",
+    "MANPAGER": "sh -c 'touch pwned'",
+    "BROWSER": "/nonexistent/browser",
+    "PS1": "$(touch pwned)",
+    "FPATH": "/nonexistent",
+    "DBUS_SESSION_BUS_ADDRESS": "unix:path=/nonexistent/bus",
+    "XAUTHORITY": "/nonexistent/.Xauthority",
+    "KRB5CCNAME": "FILE:/nonexistent/krb5cc",
+}
+
+
+def test_more_startup_hooks_never_copied(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in MORE_HOOKS.items():
+        monkeypatch.setenv(name, value)
+    allow = frozenset({"PATH", *MORE_HOOKS})  # refused even when the allow-list names them
+    with System(make_ws(tmp_path), env_allowlist=allow) as s:
+        listed = s.run(["env"]).stdout_text
+    names = {line.split("=", 1)[0] for line in listed.splitlines()}
+    assert names.isdisjoint(MORE_HOOKS), sorted(names & set(MORE_HOOKS))
