@@ -244,10 +244,12 @@ class Tree:
         lease = self._lease
         if lease is None:
             return
-        os.write(self._pool.home(), tid)
+        # The limit first: once this thread has left, the child could fork up to the
+        # nproc + 1 the fork needed. (A v1 move is never refused by pids.max.)
         if self._nproc is not None:
             with contextlib.suppress(OSError):
                 lease.set_max(self._nproc)
+        os.write(self._pool.home(), tid)
 
     def started(self, pid: int, pidfd: int) -> None:
         """Record the leader: its pid is the tree's pgid; *pidfd* pins its identity."""

@@ -212,3 +212,20 @@ def test_more_startup_hooks_never_copied(tmp_path: Path, monkeypatch: pytest.Mon
         listed = s.run(["env"]).stdout_text
     names = {line.split("=", 1)[0] for line in listed.splitlines()}
     assert names.isdisjoint(MORE_HOOKS), sorted(names & set(MORE_HOOKS))
+
+
+# -- limits ------------------------------------------------------------------------------
+
+
+def test_process_limit_holds_while_the_spawning_thread_leaves_the_cgroup(
+    system: System, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The spawning thread is a member while it forks (pids.max = nproc + 1); it moved
+    # home before pids.max went back to nproc, so a child that forked in between (the
+    # spawner descheduled: widened here by a pause) got nproc + 1 processes.
+    require(cgroup_available(), "a writable pids cgroup (v1) for a root process limit")
+    forked = _one_shot(monkeypatch, subprocess, "_fork_exec", lambda pid: None)
+    # The first os.write after the fork is the spawner's own (Popen writes nothing).
+    _one_shot(monkeypatch, os, "write", lambda n: time.sleep(0.5), armed=lambda: bool(forked))
+    result = system.run(["sh", "-c", "(echo forked) & wait"], limits=Limits(nproc=1), timeout=30)
+    assert b"forked" not in result.stdout
