@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from flux_system._exceptions import ConfinementReason, PathEscapeError, map_os_errors
 from flux_system._pathname import as_text
 
-__all__ = ["NamedRoot", "Root", "open_root", "split_abs"]
+__all__ = ["NamedRoot", "Root", "open_root", "remainder", "split_abs"]
 
 _ROOT_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
 
@@ -60,6 +60,23 @@ class Root:
 def split_abs(raw: bytes) -> tuple[bytes, ...]:
     """Lexical components of an absolute path; ``""`` and ``"."`` dropped, ``..`` kept."""
     return tuple(part for part in raw.split(b"/") if part not in (b"", b"."))
+
+
+def remainder(raw: bytes, skip: int) -> bytes:
+    """*raw* without its first *skip* components (counted as :func:`split_abs` does).
+
+    The rest is kept as spelled, so ``ROOT/x/.`` stays ``x/.`` (and ``ROOT/x/`` stays
+    ``x/``): a trailing ``.`` or ``/`` asks for a directory and names no final entry.
+    Dropping it would act on ``x`` itself (a link to outside replaced instead of
+    refused). ``b"."`` when nothing remains.
+    """
+    comps = raw.split(b"/")
+    i = 0
+    while skip:
+        if comps[i] not in (b"", b"."):
+            skip -= 1
+        i += 1
+    return b"/".join(comps[i:]).lstrip(b"/") or b"."
 
 
 def open_root(value: object, *, argname: str, label: str, writable: bool) -> Root:

@@ -23,7 +23,15 @@ from flux_system._exceptions import (
 )
 from flux_system._pathname import as_text, encode_checked, split_parent
 from flux_system._resolve import OPENERS, RESOLVERS, openat2_available
-from flux_system._roots import NamedRoot, Root, open_root, outside_roots, split_abs, unknown_root
+from flux_system._roots import (
+    NamedRoot,
+    Root,
+    open_root,
+    outside_roots,
+    remainder,
+    split_abs,
+    unknown_root,
+)
 
 __all__ = ["WorkspaceBase", "check_data", "err"]
 
@@ -225,11 +233,7 @@ class WorkspaceBase:
         parts = split_abs(raw)
         for prefix, handle in self._by_parts:
             if parts[: len(prefix)] == prefix:
-                rest = parts[len(prefix) :]
-                rel = b"/".join(rest) if rest else b"."
-                if rest and raw.endswith(b"/"):
-                    rel += b"/"
-                return handle, rel
+                return handle, remainder(raw, len(prefix))
         if self._unconfined:
             return self._main, raw
         raise outside_roots(op, text)

@@ -7,15 +7,17 @@ mocked: gates on constructors or os functions only decide *when* something happe
 
 from __future__ import annotations
 
+import enum
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from flux_system import Workspace, WorkspaceError, WorkspaceReason, _resolve
+from flux_system import FluxSystemError, Workspace, WorkspaceError, WorkspaceReason, _resolve
 from flux_system._pathname import PATH_MAX
-from tests.flux_system._ws_support import resolver, root, ws  # noqa: F401
+from tests.flux_system._ws_support import outside, resolver, root, ws  # noqa: F401
 
 
 class _GatedHow(_resolve._OpenHow):
@@ -97,3 +99,40 @@ def test_walk_depth_bound_is_exact(ws: Workspace, root: Path) -> None:
     with pytest.raises(WorkspaceError) as info:
         ws.walk()
     assert info.value.reason is WorkspaceReason.TOO_DEEP
+
+
+@pytest.mark.parametrize("rel", ["file/.", "up/.", "sub/.", "sub/./", "file/./."])
+def test_absolute_spelling_keeps_a_trailing_dot(
+    ws: Workspace, root: Path, outside: Path, rel: str
+) -> None:
+    """``ROOT/x/.`` must act as ``x/.`` does, not on ``x`` itself.
+
+    The absolute form used to drop the trailing ``.``: ``ROOT/up/.`` (``up`` ->
+    outside) replaced or removed the link instead of being an escape, and
+    ``remove("ROOT/sub/.", recursive=True)`` deleted ``sub``, which ``sub/.`` refuses.
+    """
+    (root / "file").write_bytes(b"F")
+    (root / "sub").mkdir()
+    (root / "sub" / "keep").write_bytes(b"K")
+    os.symlink("../outside", root / "up")
+    calls: dict[str, Callable[[str], object]] = {
+        "read": ws.read_bytes,
+        "write": lambda p: ws.write_bytes(p, b"x"),
+        "remove": lambda p: ws.remove(p, recursive=True),
+        "mkdir": lambda p: ws.mkdir(p, exist_ok=False),
+    }
+    for name, call in calls.items():
+        outcomes: list[enum.Enum | None] = []
+        for path in (rel, f"{root}/{rel}"):
+            try:
+                call(path)
+            except FluxSystemError as exc:
+                outcomes.append(exc.reason)
+            else:
+                outcomes.append(None)
+        assert outcomes[0] is not None, name
+        assert outcomes[1] is outcomes[0], name
+    assert (root / "file").read_bytes() == b"F"
+    assert (root / "sub" / "keep").read_bytes() == b"K"
+    assert os.readlink(root / "up") == "../outside"
+    assert sorted(p.name for p in outside.iterdir()) == ["canary"]
