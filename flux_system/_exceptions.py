@@ -142,6 +142,7 @@ class ProcessReason(enum.Enum):
     CLOSED = "closed"
     INVALID_ARGV = "invalid_argv"  # empty argv, NUL byte in an argument
     INVALID_ENV = "invalid_env"  # env name empty or with "=", NUL, not encodable
+    STATUS_UNAVAILABLE = "status_unavailable"  # SIGCHLD ignored: exit statuses discarded
 
 
 class SandboxReason(enum.Enum):

@@ -21,6 +21,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import signal
 import subprocess
 import threading
 import typing
@@ -172,6 +173,16 @@ def _build_spawn(spec: SpawnSpec, ws: DirAuthority) -> Spawned:
         ConfinementError, WorkspaceError: the cwd was refused by the workspace.
     """
     target = spec.argv[0]
+    if signal.getsignal(signal.SIGCHLD) == signal.SIG_IGN:
+        # The kernel would reap every child at once: its exit status would be lost (a
+        # failure read as exit 0) and pidfd_open could miss it. Also inherited through
+        # exec from a parent that ignores SIGCHLD. Not seen: SA_NOCLDWAIT set from C.
+        raise SpawnError(
+            "SIGCHLD is ignored in this process: exit statuses would be lost",
+            op="run",
+            target=target,
+            reason=ProcessReason.STATUS_UNAVAILABLE,
+        )
     env = over(spec.base_env, spec.env)
     executable = resolve_argv0(target, env)
     limits = spec.limits

@@ -6,7 +6,9 @@ one-shot gate on the function running at that point. Each test failed before its
 
 from __future__ import annotations
 
+import asyncio
 import os
+import signal
 import subprocess
 import threading
 import time
@@ -17,7 +19,7 @@ from typing import Any
 import psutil
 import pytest
 
-from flux_system import Limits, System
+from flux_system import Limits, ProcessReason, SpawnError, System
 from flux_system._drain import MAX_LINE, Capture, Ring, grow_pipe
 from flux_system._reap import cgroup_available
 from tests._capabilities import require
@@ -229,3 +231,26 @@ def test_process_limit_holds_while_the_spawning_thread_leaves_the_cgroup(
     _one_shot(monkeypatch, os, "write", lambda n: time.sleep(0.5), armed=lambda: bool(forked))
     result = system.run(["sh", "-c", "(echo forked) & wait"], limits=Limits(nproc=1), timeout=30)
     assert b"forked" not in result.stdout
+
+
+# -- exit statuses -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["run", "arun", "spawn"])
+def test_sigchld_ignored_is_refused_not_reported_as_success(system: System, mode: str) -> None:
+    # SIGCHLD ignored (set here, or inherited through exec from a parent that ignores
+    # it): the kernel discards every exit status, so `false` came back as exit 0 — or
+    # pidfd_open lost the race to the auto-reap and the command ran but "failed".
+    previous = signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    try:
+        with pytest.raises(SpawnError) as ei:
+            if mode == "run":
+                system.run(["false"])
+            elif mode == "arun":
+                asyncio.run(system.arun(["false"]))
+            else:
+                system.spawn(["false"]).join(30)
+    finally:
+        signal.signal(signal.SIGCHLD, previous)
+    assert ei.value.reason is ProcessReason.STATUS_UNAVAILABLE
+    assert system.run(["false"]).exit_code == 1  # the slot was given back
