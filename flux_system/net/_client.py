@@ -36,7 +36,11 @@ class GuardedClient(GuardedClientBase, httpx.Client):
     Not guaranteed: streaming — the body is always read (up to the cap) before
     :meth:`send` returns, also for ``client.stream(...)``; a DNS lookup in progress is
     not interrupted by the deadline (it is bounded by the resolver's own timeout, and
-    the deadline is checked right after it, before any connection).
+    the deadline is checked right after it, before any connection); the body cap
+    against a response event hook or an auth flow that reads the body itself
+    (``response.read()``): httpx runs them on the raw response, before the capped
+    read, and decodes what they read uncapped — hooks should look at status and
+    headers only.
     """
 
     def __init__(

@@ -34,9 +34,13 @@ _MAX_KEEPALIVE: Final = 20
 
 
 def default_ssl_context(verify: ssl.SSLContext | None) -> ssl.SSLContext:
-    """The caller's context, or httpx's default (certifi, no environment)."""
+    """The caller's context, or httpx's default (certifi, no environment — including no
+    ``SSLKEYLOGFILE``, which ``ssl.create_default_context`` would otherwise obey by
+    writing every session's secrets to the file it names)."""
     if verify is None:
-        return httpx.create_ssl_context(trust_env=False)
+        context = httpx.create_ssl_context(trust_env=False)
+        context.keylog_filename = None  # type: ignore[assignment]
+        return context
     if not isinstance(verify, ssl.SSLContext):
         raise TypeError(f"verify must be an ssl.SSLContext or None, not {type(verify).__name__}")
     if verify.verify_mode != ssl.CERT_REQUIRED or not verify.check_hostname:

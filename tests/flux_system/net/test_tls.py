@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ssl
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -156,3 +157,24 @@ def test_dial_tcp_then_tls_with_the_hostname(ca: trustme.CA, server: LoopbackHTT
         while chunk := tls.recv(4096):
             data += chunk
     assert data.startswith(b"HTTP/1.1 200") and data.endswith(b"tls ok")
+
+
+def test_default_context_ignores_sslkeylogfile(
+    server: LoopbackHTTP, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CPython's default context writes TLS secrets to the file SSLKEYLOGFILE names; the
+    guarded client's default context takes nothing from the environment, so a real
+    handshake (here failing verification: certifi does not trust the test CA, after the
+    handshake secrets exist) leaves no key log."""
+    keylog = tmp_path / "keys.log"
+    monkeypatch.setenv("SSLKEYLOGFILE", str(keylog))
+    assert ssl.create_default_context().keylog_filename == str(keylog)  # the hazard
+    with (
+        guarded_client(allow=GRANT, resolver=PINNED, ports=[server.port]) as client,
+        pytest.raises(httpx.HTTPError),
+    ):
+        client.get(f"https://localhost:{server.port}/")
+    # (setting the variable alone makes the default context create the file with a
+    # comment header; no secret may follow)
+    written = keylog.read_text().splitlines() if keylog.exists() else []
+    assert [line for line in written if not line.startswith("#")] == []
