@@ -116,56 +116,68 @@ def _replace_anonymous(
     power loss) leaves nothing; only the two syscalls between ``linkat`` and the
     rename can leave a temporary name behind.
     """
+    tmp: list[bytes] = []  # the temporary name, recorded *before* linkat (see _link_temp)
     try:
-        _fill_and_sync(fd, fill, keep)
-        tmp = _link_temp(parentfd, fd, name)
-    finally:
-        os.close(fd)
-    _rename_or_unlink(parentfd, tmp, name)
-
-
-def _link_temp(parentfd: int, fd: int, name: bytes) -> bytes:
-    for _ in range(_MAX_TEMP_ATTEMPTS):
-        tmp = _temp_name(name)
         try:
-            os.link(f"/proc/self/fd/{fd}", tmp, dst_dir_fd=parentfd, follow_symlinks=True)
-            return tmp
+            _fill_and_sync(fd, fill, keep)
+            _link_temp(parentfd, fd, name, tmp)
+        finally:
+            os.close(fd)
+        os.rename(tmp[0], name, src_dir_fd=parentfd, dst_dir_fd=parentfd)
+    except BaseException:
+        _unlink_quietly(parentfd, tmp)
+        raise
+
+
+def _link_temp(parentfd: int, fd: int, name: bytes, tmp: list[bytes]) -> None:
+    """Link the unnamed *fd* to a fresh temporary name, left in ``tmp[0]``.
+
+    The name is recorded before the ``linkat``: an interrupt (``KeyboardInterrupt``)
+    that arrives as the syscall returns is raised before its result could be stored,
+    and the caller must still find the name to unlink it. A name someone else holds
+    (``EEXIST``) is forgotten at once, so it is never unlinked.
+    """
+    for _ in range(_MAX_TEMP_ATTEMPTS):
+        tmp[:] = [_temp_name(name)]
+        try:
+            os.link(f"/proc/self/fd/{fd}", tmp[0], dst_dir_fd=parentfd, follow_symlinks=True)
+            return
         except FileExistsError:
-            continue
+            tmp.clear()
     raise FileExistsError(errno.EEXIST, "no free temporary name")
+
+
+def _unlink_quietly(parentfd: int, tmp: list[bytes]) -> None:
+    if tmp:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp[0], dir_fd=parentfd)
 
 
 def _replace_named(
     parentfd: int, name: bytes, fill: Callable[[int], None], keep: int | None, create_mode: int
 ) -> None:
-    """The fallback without ``O_TMPFILE``: a named ``O_EXCL`` temp file from the start."""
-    for _ in range(_MAX_TEMP_ATTEMPTS):
-        tmp = _temp_name(name)
-        try:
-            fd = os.open(tmp, _CREATE, create_mode, dir_fd=parentfd)
-            break
-        except FileExistsError:
-            continue
-    else:
-        raise FileExistsError(errno.EEXIST, "no free temporary name")
+    """The fallback without ``O_TMPFILE``: a named ``O_EXCL`` temp file from the start.
+
+    As in :func:`_link_temp`, the name is recorded before the ``open`` creates it.
+    """
+    tmp: list[bytes] = []
     try:
+        for _ in range(_MAX_TEMP_ATTEMPTS):
+            tmp[:] = [_temp_name(name)]
+            try:
+                fd = os.open(tmp[0], _CREATE, create_mode, dir_fd=parentfd)
+                break
+            except FileExistsError:
+                tmp.clear()
+        else:
+            raise FileExistsError(errno.EEXIST, "no free temporary name")
         try:
             _fill_and_sync(fd, fill, keep)
         finally:
             os.close(fd)
+        os.rename(tmp[0], name, src_dir_fd=parentfd, dst_dir_fd=parentfd)
     except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp, dir_fd=parentfd)
-        raise
-    _rename_or_unlink(parentfd, tmp, name)
-
-
-def _rename_or_unlink(parentfd: int, tmp: bytes, name: bytes) -> None:
-    try:
-        os.rename(tmp, name, src_dir_fd=parentfd, dst_dir_fd=parentfd)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp, dir_fd=parentfd)
+        _unlink_quietly(parentfd, tmp)
         raise
 
 

@@ -15,8 +15,16 @@ from pathlib import Path
 
 import pytest
 
-from flux_system import FluxSystemError, Workspace, WorkspaceError, WorkspaceReason, _resolve
+from flux_system import (
+    FluxSystemError,
+    Workspace,
+    WorkspaceError,
+    WorkspaceReason,
+    _atomic,
+    _resolve,
+)
 from flux_system._pathname import PATH_MAX
+from tests._capabilities import require
 from tests.flux_system._ws_support import outside, resolver, root, ws  # noqa: F401
 
 
@@ -136,3 +144,78 @@ def test_absolute_spelling_keeps_a_trailing_dot(
     assert (root / "sub" / "keep").read_bytes() == b"K"
     assert os.readlink(root / "up") == "../outside"
     assert sorted(p.name for p in outside.iterdir()) == ["canary"]
+
+
+def _interrupt_after(
+    monkeypatch: pytest.MonkeyPatch, name: str, when: Callable[..., bool] = lambda *a, **k: True
+) -> list[int]:
+    """Make ``os.<name>`` run for real, then raise KeyboardInterrupt once (``when``).
+
+    This is what a SIGINT does when it arrives while the syscall runs: the call
+    completes, and the handler raises at the next bytecode, before its result is used.
+    Returns a list that records the syscall's result when the interrupt fired.
+    """
+    real = getattr(os, name)
+    fired: list[int] = []
+
+    def spy(*args: object, **kwargs: object) -> object:
+        result = real(*args, **kwargs)
+        if not fired and when(*args, **kwargs):
+            fired.append(result if isinstance(result, int) else 0)
+            raise KeyboardInterrupt
+        return result
+
+    monkeypatch.setattr(os, name, spy)
+    return fired
+
+
+def _fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.parametrize(
+    ("tmpfile", "where"),
+    [
+        (True, "link"),
+        (True, "rename"),
+        (True, "fsync"),
+        (False, "create"),
+        (False, "rename"),
+        (False, "fsync"),
+    ],
+)
+def test_interrupted_atomic_write_leaves_no_temp_file(
+    ws: Workspace, root: Path, monkeypatch: pytest.MonkeyPatch, tmpfile: bool, where: str
+) -> None:
+    """KeyboardInterrupt right after each step of an atomic write leaves only the
+    old or the new file: never a temporary name, never an open fd.
+
+    ``link`` (O_TMPFILE) and ``create`` (the named fallback) used to leave the
+    temporary name: the interrupt hit after the name existed but before the code
+    that unlinks it on failure knew it.
+    """
+    if tmpfile:
+        require(_atomic._TMPFILE != 0, "O_TMPFILE")
+    else:
+        monkeypatch.setattr(_atomic, "_TMPFILE", 0)
+    (root / "f").write_bytes(b"old")
+    before = _fds()
+    if where == "link":
+        fired = _interrupt_after(monkeypatch, "link")
+    elif where == "create":
+        fired = _interrupt_after(
+            monkeypatch, "open", lambda path, flags, *a, **k: flags == _atomic._CREATE
+        )
+    else:
+        fired = _interrupt_after(monkeypatch, where)
+    with pytest.raises(KeyboardInterrupt):
+        ws.write_bytes("f", b"new")
+    monkeypatch.undo()
+    assert fired
+    assert sorted(p.name for p in root.iterdir()) == ["f"]
+    assert (root / "f").read_bytes() in (b"old", b"new")
+    if where in ("link", "create", "fsync"):
+        assert (root / "f").read_bytes() == b"old"
+    if where == "create":  # the fd the interrupted open returned is lost by
+        os.close(fired[0])  # construction (Python drops the result); nothing else may leak
+    assert _fds() - before == set()
