@@ -11,6 +11,7 @@ import errno
 import os
 import pathlib
 import stat
+import threading
 import typing
 from collections.abc import Iterable, Mapping
 from typing import Self
@@ -110,6 +111,7 @@ class WorkspaceBase:
     ) -> None:
         self._roots: list[Root] = []
         self._retired: list[int] = []
+        self._close_lock = threading.Lock()  # one close() at a time: each fd retired once
         self._dead = _dead_fd()
         if resolver not in ("auto", *RESOLVERS):
             raise ValueError(f"resolver must be 'auto', 'openat2' or 'walk', not {resolver!r}")
@@ -184,13 +186,14 @@ class WorkspaceBase:
 
     def close(self) -> None:
         """Release the roots; every later call raises ``WorkspaceError(CLOSED)``. Idempotent."""
-        for handle in self._roots:
-            fd = handle.fd
-            if fd < 0:
-                continue
-            handle.fd = -1
-            os.dup2(self._dead, fd, inheritable=False)  # fd number stays taken: never reused
-            self._retired.append(fd)
+        with self._close_lock:  # two threads must not both read, then retire, one fd
+            for handle in self._roots:
+                fd = handle.fd
+                if fd < 0:
+                    continue
+                handle.fd = -1
+                os.dup2(self._dead, fd, inheritable=False)  # number stays taken: never reused
+                self._retired.append(fd)
 
     def __enter__(self) -> Self:
         return self

@@ -7,11 +7,16 @@ mocked: gates on constructors or os functions only decide *when* something happe
 
 from __future__ import annotations
 
+import contextlib
 import enum
+import gc
+import inspect
 import os
 import threading
+import types
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -219,3 +224,56 @@ def test_interrupted_atomic_write_leaves_no_temp_file(
     if where == "create":  # the fd the interrupted open returned is lost by
         os.close(fired[0])  # construction (Python drops the result); nothing else may leak
     assert _fds() - before == set()
+
+
+def test_concurrent_close_retires_each_root_fd_once(
+    root: Path, tmp_path: Path, resolver: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two threads call ``close()`` at once (documented as safe from any thread).
+
+    Both used to read the same root fd before either marked it closed, so the fd was
+    retired twice and ``__del__`` closed that number twice: the second ``close`` hit
+    ``EBADF`` (leaking the roots after it) or, had the number been reused meanwhile,
+    closed somebody else's file. A line gate holds each thread just after it read the
+    fd, so the interleaving is forced, not hoped for.
+    """
+    extra = tmp_path / "extra"
+    extra.mkdir()
+    ws = Workspace(root, read_roots=[extra], resolver=resolver)
+    numbers = [handle.fd for handle in ws._roots]
+    code = type(ws).close.__code__
+    source, first = inspect.getsourcelines(code)
+    mark = first + next(i for i, line in enumerate(source) if "handle.fd = -1" in line)
+    gate = threading.Barrier(2, timeout=0.3)
+
+    def local(frame: types.FrameType, event: str, arg: Any) -> Any:
+        if event == "line" and frame.f_lineno == mark and frame.f_locals.get("fd") == numbers[0]:
+            with contextlib.suppress(threading.BrokenBarrierError):
+                gate.wait()  # both threads hold the same fd here (unless close is locked)
+        return local
+
+    def tracer(frame: types.FrameType, event: str, arg: Any) -> Any:
+        return local if frame.f_code is code else None
+
+    closed: list[int] = []
+    real_close = os.close
+
+    def spy_close(fd: int) -> None:
+        closed.append(fd)
+        real_close(fd)
+
+    threads = [threading.Thread(target=ws.close) for _ in range(2)]
+    threading.settrace(tracer)
+    try:
+        for thread in threads:
+            thread.start()
+    finally:
+        threading.settrace(None)
+    for thread in threads:
+        thread.join(10)
+    monkeypatch.setattr(os, "close", spy_close)
+    del ws
+    gc.collect()
+    monkeypatch.undo()
+    assert sorted(n for n in closed if n in numbers) == sorted(numbers)  # each exactly once
+    assert not [n for n in numbers if os.path.lexists(f"/proc/self/fd/{n}")]
