@@ -34,11 +34,16 @@ class NamedRoot:
         path: the directory (trusted configuration: resolved with host semantics once,
             when the workspace is created).
         writable: whether writes through ``@name/...`` are allowed. Default ``False``:
-            a named root given as a bare path is read-only.
+            a named root given as a bare path is read-only. Must be a ``bool``
+            (``TypeError`` otherwise: ``"false"`` must not grant writes).
     """
 
     path: str | os.PathLike[str]
     writable: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.writable, bool):  # a grant is never implied by a truthy value
+            raise TypeError(f"writable must be bool, not {type(self.writable).__name__}")
 
 
 class Root:

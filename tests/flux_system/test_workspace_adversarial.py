@@ -22,6 +22,7 @@ import pytest
 
 from flux_system import (
     FluxSystemError,
+    NamedRoot,
     Workspace,
     WorkspaceError,
     WorkspaceReason,
@@ -277,3 +278,21 @@ def test_concurrent_close_retires_each_root_fd_once(
     monkeypatch.undo()
     assert sorted(n for n in closed if n in numbers) == sorted(numbers)  # each exactly once
     assert not [n for n in numbers if os.path.lexists(f"/proc/self/fd/{n}")]
+
+
+@pytest.mark.parametrize("flag", ["false", "0", 0, 1, None])
+def test_named_root_writable_must_be_a_bool(root: Path, tmp_path: Path, flag: object) -> None:
+    """``writable`` is the grant to write through ``@name``: like ``unconfined``, it is
+    never implied. A truthy non-bool (``"false"`` read from a config file) used to make
+    the root writable."""
+    extra = tmp_path / "extra"
+    extra.mkdir()
+    try:
+        named = NamedRoot(extra, writable=flag)  # type: ignore[arg-type]
+    except TypeError:
+        return
+    with Workspace(root, named_roots={"x": named}) as ws:  # what the value granted
+        with contextlib.suppress(FluxSystemError):
+            ws.write_bytes("@x/new", b"n")
+    assert list(extra.iterdir()) == [], "a non-bool writable granted writes"
+    pytest.fail("a non-bool writable was accepted")
