@@ -70,7 +70,7 @@ class WorkspaceReason(enum.Enum):
     IS_A_DIRECTORY = "is_a_directory"
     NOT_EMPTY = "not_empty"
     PERMISSION = "permission"
-    SPECIAL_FILE = "special_file"  # FIFO, socket or device: refused without blocking
+    SPECIAL_FILE = "special_file"  # FIFO, socket or device: refused before it is opened
     HARD_LINK = "hard_link"  # in-place write to an inode another name shares
     TOO_LARGE = "too_large"  # over a caller's limit
     READ_ONLY = "read_only"  # write through a read-only root

@@ -53,6 +53,7 @@ _MAX_STEPS = (_MAX_SYMLINKS + 1) * 4096 // 2
 RESOLVE_NO_XDEV = 0x01
 RESOLVE_NO_MAGICLINKS = 0x02
 RESOLVE_BENEATH = 0x08
+RESOLVE_NO_SYMLINKS = 0x04
 _RESOLVE = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS
 
 # openat2 is in the unified syscall table (asm-generic, Linux 5.6) at 437 on every
@@ -65,6 +66,7 @@ _OPENAT2_ARCHES = frozenset(
 _PROC_SUPER_MAGIC = 0x9FA0
 
 _DIR_STEP = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_PATH_ONLY = os.O_PATH | os.O_DIRECTORY
 _CREATE_FLAGS = os.O_CREAT | getattr(os, "O_TMPFILE", 0)
 
 
@@ -86,18 +88,18 @@ _fstatfs.argtypes = (ctypes.c_int, ctypes.c_void_p)
 _get_errno = ctypes.get_errno
 _HOW_SIZE = ctypes.sizeof(_OpenHow)
 
-# (flags, mode) -> (struct kept alive, its address). Flags come from this package
-# only, so the table stays a handful of entries. Entries are never replaced: the
-# address handed to the kernel must stay valid (see _how).
-_hows: dict[tuple[int, int], tuple[_OpenHow, int]] = {}
+# (flags, mode, resolve) -> (struct kept alive, its address). Flags come from this
+# package only, so the table stays a handful of entries. Entries are never replaced:
+# the address handed to the kernel must stay valid (see _how).
+_hows: dict[tuple[int, int, int], tuple[_OpenHow, int]] = {}
 _openat2_state: list[bool] = []
 
 
-def _how(flags: int, mode: int) -> int:
-    key = (flags, mode)
+def _how(flags: int, mode: int, resolve: int = _RESOLVE) -> int:
+    key = (flags, mode, resolve)
     entry = _hows.get(key)
     if entry is None:
-        how = _OpenHow(flags, mode if flags & _CREATE_FLAGS else 0, _RESOLVE)
+        how = _OpenHow(flags, mode if flags & _CREATE_FLAGS else 0, resolve)
         # setdefault, not assignment: two threads may build the same key at once, and
         # the loser's struct dies when this returns; hand out only the one kept.
         entry = _hows.setdefault(key, (how, ctypes.addressof(how)))
@@ -226,7 +228,9 @@ def walk_open(
                     if target is None:
                         raise
                 else:
-                    if not follow or not flags & os.O_PATH:
+                    # Only an O_PATH|O_NOFOLLOW open can return a symlink itself; with
+                    # O_DIRECTORY too it fails (ENOTDIR, followed above) instead.
+                    if not follow or flags & _PATH_ONLY != os.O_PATH:
                         return fd
                     if not stat.S_ISLNK(os.fstat(fd).st_mode):
                         return fd

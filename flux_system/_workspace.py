@@ -102,7 +102,9 @@ class Workspace(Mutations):
     root: no ``..`` (even transiently), no symlink (absolute, relative, dangling,
     chained), no magic link takes resolution outside. No write modifies an inode that
     another name shares (``st_nlink > 1``). Reads of FIFOs, sockets and devices are
-    refused without blocking. Bad input gets a typed error before any syscall.
+    refused before anything opens them (a device's driver ``open`` never runs, a FIFO
+    never blocks) — unless a party able to create device nodes swaps one in during the
+    lookup. Bad input gets a typed error before any syscall.
 
     ``unconfined=True`` is the one explicit hatch: paths then resolve with ordinary
     host semantics (absolute paths anywhere, ``..`` and symlinks followed; relative
@@ -138,7 +140,7 @@ class Workspace(Mutations):
         """Read the whole regular file *path* beneath its root.
 
         Guarantee: the file read lies beneath the root (main, named or read root); a
-        FIFO, socket or device is refused without blocking. With *limit*, at most
+        FIFO, socket or device is refused before it is opened. With *limit*, at most
         ``limit + 1`` bytes are ever read. Not guaranteed: a consistent snapshot if
         another party writes the file meanwhile.
 

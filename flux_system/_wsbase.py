@@ -23,6 +23,7 @@ from flux_system._exceptions import (
     workspace_error_from_os,
 )
 from flux_system._pathname import as_text, encode_checked, split_parent
+from flux_system._regular import REGULAR_OPENERS
 from flux_system._resolve import OPENERS, RESOLVERS, openat2_available
 from flux_system._roots import (
     NamedRoot,
@@ -131,6 +132,7 @@ class WorkspaceBase:
             )
         self._resolver = resolver if resolver != "auto" else ("openat2" if has_openat2 else "walk")
         self._opener = OPENERS["unconfined" if unconfined else self._resolver]
+        self._regular_opener = REGULAR_OPENERS["unconfined" if unconfined else self._resolver]
         self._unconfined = unconfined
         try:
             self._main = self._add(open_root(root, argname="root", label="", writable=True))
@@ -333,11 +335,12 @@ class WorkspaceBase:
     # -- reads ------------------------------------------------------------------------
 
     def _open_regular(self, root: Root, rel: bytes, op: str, display: str) -> tuple[int, int]:
-        fd = self._open(root, rel, READ, op=op, display=display)
-        st = os.fstat(fd)
-        if not _S_ISREG(st.st_mode):
-            os.close(fd)
-            if _S_ISDIR(st.st_mode):
-                raise err(op, display, WorkspaceReason.IS_A_DIRECTORY, "is a directory")
-            raise err(op, display, WorkspaceReason.SPECIAL_FILE, "not a regular file")
+        """Open the regular file *rel* for reading: (fd, size). It is checked before it
+        is opened (see ``_regular.py``): a device's driver ``open`` never runs
+        (``/dev/watchdog`` arms on open), a FIFO never blocks. A directory raises
+        ``EISDIR``, a FIFO, socket or device ``ENXIO`` (for the caller to map)."""
+        rootfd = root.fd
+        if rootfd < 0:
+            raise err(op, display, WorkspaceReason.CLOSED, "workspace is closed")
+        fd, st = self._regular_opener(rootfd, rel, READ, op=op, display=display)
         return fd, st.st_size

@@ -65,7 +65,7 @@ def test_openat2_how_handed_out_is_the_one_kept_alive(monkeypatch: pytest.Monkey
     for thread in threads:
         thread.join(10)
     assert len(got) == 2
-    kept = _resolve._hows[(flags, 0)]
+    kept = _resolve._hows[(flags, 0, _resolve._RESOLVE)]
     assert got == [kept[1], kept[1]]
 
 
