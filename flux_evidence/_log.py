@@ -6,6 +6,7 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import signal
 import threading
 import typing
 import weakref
@@ -15,7 +16,7 @@ from ._base import Clock, LogBase
 from ._exceptions import EvidenceError, EvidenceReason, LogLockedError
 from ._fileio import fsync_dir, io_error, open_log_fd, pwrite_all, read_all, write_all
 from ._group import GroupCommit
-from ._record import Head, check_log_id
+from ._record import Head, Record, check_log_id
 from ._scan import scan
 
 __all__ = ["EvidenceLog", "FsyncMode"]
@@ -166,6 +167,30 @@ class EvidenceLog(LogBase):
         assert isinstance(durable, Head)  # set at load and by every successful flush
         return durable
 
+    def append(
+        self,
+        kind: str,
+        data: Any,
+        *,
+        session: str | None = None,
+        turn: int | None = None,
+        actor: str | None = None,
+    ) -> Record:
+        """See :meth:`LogBase.append`. With ``fsync="batch"`` in the main thread, signals
+        are held while the append runs (``pthread_sigmask``) and delivered once it is
+        complete: a ``KeyboardInterrupt`` landing between a group leader's election
+        and its flush, or in its hand-over after it, would leave the group without a
+        leader and every appender waiting for ever. The exception then comes out of
+        this call, but the record is in the log (durable). Other threads never get
+        Python signals, so they pay nothing for this."""
+        if not self._group_commit or threading.current_thread() is not threading.main_thread():
+            return super().append(kind, data, session=session, turn=turn, actor=actor)
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, _CATCHABLE)
+        try:
+            return super().append(kind, data, session=session, turn=turn, actor=actor)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
     @property
     def _fsyncs(self) -> int:
         """Group-commit flushes issued so far (observability for tests)."""
@@ -293,6 +318,10 @@ class EvidenceLog(LogBase):
             os.close(self._fd)
             _WRITERS.discard(self)
 
+
+# Python runs signal handlers in the main thread only; these are held around a batch
+# append there (see EvidenceLog.append). SIGKILL and SIGSTOP cannot be held.
+_CATCHABLE = signal.valid_signals() - {signal.SIGKILL, signal.SIGSTOP}
 
 # Writers open in this process, for the fork hook (weak: an unclosed log may be freed).
 _WRITERS: weakref.WeakSet[EvidenceLog] = weakref.WeakSet()

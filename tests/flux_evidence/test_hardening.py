@@ -29,6 +29,7 @@ from flux_evidence import (
     verify,
     verify_bytes,
 )
+from flux_evidence._group import GroupCommit
 
 CHILD_TIMEOUT_S = 10  # a child that hangs (e.g. on a lock copied while held) is killed
 
@@ -389,6 +390,41 @@ def test_interrupted_group_commit_leader_does_not_hang_the_others(
         assert not th.is_alive(), f"{target} hangs after an interrupted group fsync"
     # Whether "a" reached the disk is unknown: the log refuses to acknowledge more.
     assert reasons == [EvidenceReason.FAILED]
+
+
+def test_sigint_at_a_leaders_election_is_held_until_its_append_completes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real SIGINT raised in the main thread right after it was elected group leader
+    (the window where a KeyboardInterrupt left the group leaderless and every other
+    appender waiting for ever): it is delivered once the append has completed — the
+    record is durable, the others are not left waiting."""
+    path = tmp_path / "ev.jsonl"
+    log = EvidenceLog.open(path, fsync="batch")
+    real_join = GroupCommit.join
+    elected: list[bool] = []
+
+    def join_then_sigint(self: GroupCommit) -> Any:
+        ticket = real_join(self)
+        if not elected:
+            elected.append(ticket[1])
+            signal.raise_signal(signal.SIGINT)
+        return ticket
+
+    monkeypatch.setattr(GroupCommit, "join", join_then_sigint)
+    with pytest.raises(KeyboardInterrupt):
+        log.append("a", {"i": 1})
+    monkeypatch.undo()
+    assert elected == [True]
+    assert log.head().size == 2  # genesis and "a": durable before the interrupt surfaced
+    other = threading.Thread(target=lambda: log.append("b", {}), daemon=True)
+    other.start()
+    other.join(timeout=CHILD_TIMEOUT_S)
+    assert not other.is_alive(), "an appender hangs after the interrupted leader"
+    log.close()
+    verify(path)
+    with EvidenceLog.open(path, readonly=True) as again:
+        assert [r.kind for r in again] == ["genesis", "a", "b"]
 
 
 @pytest.mark.parametrize("data", ["text", None, 5], ids=["str", "none", "int"])
