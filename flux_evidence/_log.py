@@ -10,6 +10,7 @@ import signal
 import threading
 import typing
 import weakref
+from collections.abc import Iterator
 from typing import Any, Literal, Self
 
 from ._base import Clock, LogBase
@@ -185,11 +186,8 @@ class EvidenceLog(LogBase):
         Python signals, so they pay nothing for this."""
         if not self._group_commit or threading.current_thread() is not threading.main_thread():
             return super().append(kind, data, session=session, turn=turn, actor=actor)
-        held = signal.pthread_sigmask(signal.SIG_BLOCK, _CATCHABLE)
-        try:
+        with _signals_held():
             return super().append(kind, data, session=session, turn=turn, actor=actor)
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
     @property
     def _fsyncs(self) -> int:
@@ -308,7 +306,8 @@ class EvidenceLog(LogBase):
         waiting get FAILED. The fd is closed whatever happens after that.
         """
         if self._group_commit:
-            self._groups.finish()
+            with _signals_held():  # finish() may lead a group handed over to it
+                self._groups.finish()
         try:
             if not self._readonly and not self._failed and self._fsync != "never":
                 os.fdatasync(self._fd)
@@ -322,6 +321,21 @@ class EvidenceLog(LogBase):
 # Python runs signal handlers in the main thread only; these are held around a batch
 # append there (see EvidenceLog.append). SIGKILL and SIGSTOP cannot be held.
 _CATCHABLE = signal.valid_signals() - {signal.SIGKILL, signal.SIGSTOP}
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """In the main thread, hold the catchable signals for the block and deliver them
+    after it (elsewhere Python runs no signal handler: nothing to hold)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, _CATCHABLE)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
 
 # Writers open in this process, for the fork hook (weak: an unclosed log may be freed).
 _WRITERS: weakref.WeakSet[EvidenceLog] = weakref.WeakSet()
