@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from flux_evidence import EvidenceError, EvidenceLog, EvidenceReason, verify
+from tests.flux_evidence._gate import gate_fdatasync
 
 JOIN_TIMEOUT_S = 20  # a thread still alive after this hangs (a lost wake-up)
 
@@ -178,15 +179,7 @@ def test_batch_head_names_only_durable_records(
     log = EvidenceLog.open(path, fsync="batch")
     before = log.head()
     checkpoint_before = log.checkpoint()
-    in_fsync, release = threading.Event(), threading.Event()
-    real_fdatasync = os.fdatasync
-
-    def gated_fdatasync(fd: int) -> None:
-        in_fsync.set()
-        release.wait(JOIN_TIMEOUT_S)
-        real_fdatasync(fd)
-
-    monkeypatch.setattr(os, "fdatasync", gated_fdatasync)
+    in_fsync, release = gate_fdatasync(monkeypatch)
     returned: list[Any] = []
     appender = threading.Thread(target=lambda: returned.append(log.append("k", {"i": 1})))
     appender.start()

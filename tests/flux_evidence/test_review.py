@@ -37,6 +37,7 @@ from flux_evidence import (
 from flux_evidence._canonical import MAX_DATA_DEPTH
 from flux_evidence._checkpoint import MIN_HMAC_KEY_BYTES
 from flux_evidence._scan import parse_line
+from tests.flux_evidence._gate import gate_fdatasync
 
 # How much deeper in its stack a reader may be than the appender was (a framework, a
 # CLI, a test runner): the records an append acknowledged must still read back there.
@@ -246,15 +247,7 @@ def test_forked_child_head_names_no_record_still_in_flight(
     log = EvidenceLog.open(path, fsync="batch")
     durable = log.head()
     durable_checkpoint = log.checkpoint()
-    in_fsync, release = threading.Event(), threading.Event()
-    real_fdatasync = os.fdatasync
-
-    def gated_fdatasync(fd: int) -> None:
-        in_fsync.set()
-        release.wait(JOIN_TIMEOUT_S)
-        real_fdatasync(fd)
-
-    monkeypatch.setattr(os, "fdatasync", gated_fdatasync)
+    in_fsync, release = gate_fdatasync(monkeypatch)
     appender = threading.Thread(target=lambda: log.append("k", {"i": 1}))
     appender.start()
     try:
