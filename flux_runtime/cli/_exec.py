@@ -2,15 +2,21 @@
 
 Exit codes: the command's own exit code; ``128 + N`` when it was killed by signal N;
 124 timeout; 125 any other flux error (bad cwd, workspace refused, limit, spawn
-failure); 126 not executable; 127 not found; 2 usage.
+failure); 126 not executable; 127 not found; 2 usage; ``128 + N`` also when flux itself
+gets SIGINT, SIGTERM or SIGHUP (N) — the command's tree is killed first.
 The command's captured stdout/stderr are written to flux's own (capped per stream).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
+import signal
 import sys
+import threading
+from collections.abc import Iterator
+from types import FrameType
 
 from flux_system import (
     FluxSystemError,
@@ -38,6 +44,49 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.set_defaults(func=run)
 
 
+# Signals that end flux itself; turned into an exception so that System.run kills and
+# reaps the command's tree before flux exits (with the default action flux would die
+# and leave the tree running: it is in its own process group and gets no signal).
+_ENDING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class _Ended(BaseException):
+    """Flux itself got one of the ``_ENDING`` signals."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _ending_signals_raise() -> Iterator[None]:
+    """Raise :class:`_Ended` on the first ending signal; later ones are ignored.
+
+    Ignoring the later ones keeps a second Ctrl-C from interrupting the cleanup of
+    the first. A signal ignored on entry (``nohup``, a background job) stays ignored.
+    Only the main thread can install handlers; elsewhere this does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    ended: list[int] = []
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        if not ended:
+            ended.append(signum)
+            raise _Ended(signum)
+
+    previous = {}
+    for sig in _ENDING:
+        if signal.getsignal(sig) is not signal.SIG_IGN:
+            previous[sig] = signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
 def _write(stream: object, data: bytes) -> None:
     buffer = getattr(stream, "buffer", None)
     if buffer is not None:
@@ -46,6 +95,16 @@ def _write(stream: object, data: bytes) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    try:
+        with _ending_signals_raise():
+            return _run(args)
+    except _Ended as exc:
+        name = signal.Signals(exc.signum).name
+        print(f"flux exec: got {name}; the command was killed", file=sys.stderr)
+        return 128 + exc.signum
+
+
+def _run(args: argparse.Namespace) -> int:
     argv = list(args.argv)
     if argv and argv[0] == "--":
         argv = argv[1:]
