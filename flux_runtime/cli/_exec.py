@@ -115,6 +115,9 @@ def _run(args: argparse.Namespace) -> int:
     if timeout is not None and (not math.isfinite(timeout) or timeout <= 0):
         print("flux exec: --timeout must be a positive number", file=sys.stderr)
         return EXIT_USAGE
+    if not args.workspace or "\0" in args.workspace:
+        print("flux exec: --workspace must be a non-empty path without NUL", file=sys.stderr)
+        return EXIT_USAGE
     try:
         with Workspace(args.workspace) as ws, System(ws) as system:
             result = system.run(argv, timeout=timeout, cwd=args.cwd)

@@ -62,3 +62,9 @@ def test_timeout(tmp_path: Path, capfdbinary: pytest.CaptureFixture[bytes]) -> N
 def test_usage_errors(tmp_path: Path) -> None:
     assert _exec(tmp_path) == EXIT_USAGE
     assert _exec(tmp_path, "--timeout", "-1", "--", "true") == EXIT_USAGE
+
+
+@pytest.mark.parametrize("workspace", ["", "ws\0x"])
+def test_unusable_workspace_argument_is_a_usage_error(workspace: str) -> None:
+    # Workspace() takes these as a programming error (ValueError); here they are input.
+    assert main(["exec", "--workspace", workspace, "--", "true"]) == EXIT_USAGE
