@@ -5,7 +5,8 @@ Each subcommand lives in its own module ``flux_runtime/cli/_<name>.py`` exposing
 parsed namespace, returning the exit code).
 
 Exit codes: 0 success (or the confined command's own exit code for ``flux exec``),
-2 usage or load error; subcommands document the others they use.
+2 usage or load error, 141 (128 + SIGPIPE) the reader of stdout went away (``| head``);
+subcommands document the others they use.
 """
 
 from __future__ import annotations
@@ -15,7 +16,10 @@ import importlib
 import sys
 from collections.abc import Callable, Sequence
 
-__all__ = ["main"]
+__all__ = ["EXIT_BROKEN_PIPE", "main"]
+
+# stdout's reader went away: what a shell reports for a process killed by SIGPIPE.
+EXIT_BROKEN_PIPE = 128 + 13
 
 # Subcommand modules, in help order.
 _SUBCOMMANDS: tuple[str, ...] = ("exec", "policy", "evidence")
@@ -38,7 +42,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if func is None:
         parser.print_help(sys.stderr)
         return 2
-    return func(args)
+    try:
+        code = func(args)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Nothing more can reach the reader; drop stdout so that the flush at
+        # interpreter exit does not fail again and print a traceback.
+        sys.stdout = None
+        return EXIT_BROKEN_PIPE
+    return code
 
 
 if __name__ == "__main__":
