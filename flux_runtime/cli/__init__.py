@@ -1,8 +1,9 @@
 """The ``flux`` command line.
 
 Each subcommand lives in its own module ``flux_runtime/cli/_<name>.py`` exposing
-``register(subparsers)``; the module adds its parser and sets ``func`` (taking the
-parsed namespace, returning the exit code).
+``register(subparsers)`` and ``EXIT_CODES`` (the exit-code table its ``--help`` shows;
+``flux --help`` shows them all); the module adds its parser and sets ``func`` (taking
+the parsed namespace, returning the exit code).
 
 Exit codes: 0 success (or the confined command's own exit code for ``flux exec``),
 2 usage or load error, 141 (128 + SIGPIPE) the reader of stdout went away (``| head``);
@@ -26,11 +27,18 @@ _SUBCOMMANDS: tuple[str, ...] = ("exec", "policy", "evidence")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="flux", description="Flux execution substrate")
+    parser = argparse.ArgumentParser(
+        prog="flux",
+        description="Flux execution substrate",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    codes = []
     for name in _SUBCOMMANDS:
         module = importlib.import_module(f"flux_runtime.cli._{name}")
         module.register(sub)
+        codes.append(module.EXIT_CODES)
+    parser.epilog = "\n\n".join(codes)
     return parser
 
 

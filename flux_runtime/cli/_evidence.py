@@ -27,14 +27,28 @@ EXIT_OK = 0
 EXIT_INVALID = 1
 EXIT_USAGE = 2
 
+EXIT_CODES = """exit codes (flux evidence):
+  0    the log verifies (verify) or was printed (show)
+  1    the log does not verify: the first bad seq and the reason are printed
+  2    usage error, or the file cannot be read (reason printed)
+  141  stdout's reader went away (| head)"""
+
 
 def register(subparsers: Any) -> None:
     """Add ``evidence`` with its ``verify`` and ``show`` subcommands."""
-    parser = subparsers.add_parser("evidence", help="verify or show an evidence log")
+    raw = argparse.RawDescriptionHelpFormatter
+    parser = subparsers.add_parser(
+        "evidence", help="verify or show an evidence log", epilog=EXIT_CODES, formatter_class=raw
+    )
     sub = parser.add_subparsers(dest="evidence_command", metavar="ACTION")
     parser.set_defaults(func=_usage(parser))
 
-    p_verify = sub.add_parser("verify", help="verify the hash chain of an evidence log")
+    p_verify = sub.add_parser(
+        "verify",
+        help="verify the hash chain of an evidence log",
+        epilog=EXIT_CODES,
+        formatter_class=raw,
+    )
     p_verify.add_argument("file", help="the evidence log (JSONL)")
     p_verify.add_argument(
         "--expect-head",
@@ -43,7 +57,9 @@ def register(subparsers: Any) -> None:
     )
     p_verify.set_defaults(func=_verify)
 
-    p_show = sub.add_parser("show", help="print the records of an evidence log")
+    p_show = sub.add_parser(
+        "show", help="print the records of an evidence log", epilog=EXIT_CODES, formatter_class=raw
+    )
     p_show.add_argument("file", help="the evidence log (JSONL)")
     p_show.add_argument("--kind", help="only records of this kind")
     p_show.add_argument("--session", help="only records of this session")

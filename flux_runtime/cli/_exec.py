@@ -34,11 +34,35 @@ EXIT_FLUX_ERROR = 125
 EXIT_NOT_EXECUTABLE = 126
 EXIT_NOT_FOUND = 127
 
+EXIT_CODES = """exit codes (flux exec):
+  N      the command's own exit code (any value, so also 2 and 124-127)
+  128+N  the command was killed by signal N, or flux got SIGINT/SIGTERM/SIGHUP
+         (N) and killed the command
+  124    timed out (--timeout)
+  125    refused by flux: workspace, cwd, argv, limit, spawn (reason printed)
+  126    the command is not executable
+  127    the command was not found
+  2      usage error
+  141    stdout's reader went away (| head)"""
+
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = sub.add_parser("exec", help="run a command beneath a workspace")
+    parser = sub.add_parser(
+        "exec",
+        help="run a command beneath a workspace",
+        description=(
+            "Run ARGV with its cwd pinned beneath the workspace, an allow-listed\n"
+            "environment, stdout/stderr captured (capped per stream) and then written\n"
+            "out, and its whole process tree killed when it ends. No OS sandbox yet:\n"
+            "the command itself can reach whatever its user can."
+        ),
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--workspace", default=".", help="workspace root (default: .)")
-    parser.add_argument("--timeout", type=float, default=None, help="wall-time limit, seconds")
+    parser.add_argument(
+        "--timeout", type=float, default=None, help="wall-time limit, seconds (default: none)"
+    )
     parser.add_argument("--cwd", default=".", help="workspace-relative working directory")
     parser.add_argument("argv", nargs=argparse.REMAINDER, help="-- ARGV...")
     parser.set_defaults(func=run)

@@ -35,6 +35,12 @@ EXIT_ALLOW = 0
 EXIT_DENY = 1
 EXIT_USAGE = 2
 EXIT_APPROVAL = 3
+EXIT_CODES = """exit codes (flux policy):
+  0    allow (eval) or the files are valid (check)
+  1    deny (eval)
+  3    approval required (eval)
+  2    usage error, or a file cannot be read or is not a valid policy
+  141  stdout's reader went away (| head)"""
 _EXIT = {Effect.ALLOW: EXIT_ALLOW, Effect.DENY: EXIT_DENY, Effect.APPROVAL_REQUIRED: EXIT_APPROVAL}
 
 
@@ -43,15 +49,31 @@ class _UsageError(Exception):
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser("policy", help="check a policy or evaluate a request")
+    raw = argparse.RawDescriptionHelpFormatter
+    parser = subparsers.add_parser(
+        "policy",
+        help="check a policy or evaluate a request",
+        epilog=EXIT_CODES,
+        formatter_class=raw,
+    )
     sub = parser.add_subparsers(dest="policy_command", metavar="SUBCOMMAND", required=True)
 
-    check = sub.add_parser("check", help="validate policy files and print a summary")
+    check = sub.add_parser(
+        "check",
+        help="validate policy files and print a summary",
+        epilog=EXIT_CODES,
+        formatter_class=raw,
+    )
     check.add_argument("files", nargs="+", metavar="FILE")
     check.add_argument("--json", action="store_true", help="print the summary as JSON")
     check.set_defaults(func=_check)
 
-    ev = sub.add_parser("eval", help="decide one request (exit 0 allow, 1 deny, 3 approval)")
+    ev = sub.add_parser(
+        "eval",
+        help="decide one request (exit 0 allow, 1 deny, 3 approval)",
+        epilog=EXIT_CODES,
+        formatter_class=raw,
+    )
     ev.add_argument("files", nargs="+", metavar="FILE")
     ev.add_argument("--subject", required=True)
     ev.add_argument("--action", required=True)
