@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import stat
 import threading
@@ -35,6 +36,21 @@ def test_str_command_is_type_error(system: System) -> None:
         system.run("echo hi")
     with pytest.raises(TypeError, match="argv"):
         system.run([b"echo"])  # type: ignore[list-item]
+
+
+@pytest.mark.parametrize("timeout", [0, -1, float("nan"), float("inf"), 1e308, 10**400, 1e9 + 1])
+def test_timeout_out_of_range_is_refused_before_spawning(system: System, timeout: float) -> None:
+    """A timeout must be a positive finite number of at most MAX_TIMEOUT_S seconds: 1e308
+    used to reach the driver and raise OverflowError there, after the spawn."""
+    for call in (
+        lambda: system.run(["true"], timeout=timeout),
+        lambda: asyncio.run(system.arun(["true"], timeout=timeout)),
+        lambda: system.spawn(["true"], timeout=timeout),
+    ):
+        with pytest.raises(ValueError, match="timeout"):
+            call()
+    assert psutil.Process().children(recursive=True) == []
+    assert system.run(["true"], timeout=1e9).exit_code == 0  # the largest accepted
 
 
 def test_empty_argv_is_error(system: System) -> None:
