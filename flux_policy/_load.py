@@ -9,8 +9,10 @@ Not guaranteed: that the policy means what its author intended.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
 import re
+import stat
 import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
@@ -46,8 +48,7 @@ def load_policy(path: str | os.PathLike[str]) -> Policy:
     if not isinstance(source, str):
         raise TypeError("path must be a str or os.PathLike[str]")
     try:
-        with open(source, "rb") as fh:
-            data = fh.read(_MAX_POLICY_BYTES + 1)
+        data = _read_regular(source, _MAX_POLICY_BYTES + 1)
     except OSError as exc:
         raise fail(PolicyLoadReason.IO, exc.strerror or "unreadable", source) from exc
     if len(data) > _MAX_POLICY_BYTES:
@@ -57,6 +58,27 @@ def load_policy(path: str | os.PathLike[str]) -> Policy:
     except UnicodeDecodeError as exc:
         raise fail(PolicyLoadReason.ENCODING, "policy file is not UTF-8", source) from exc
     return load_policy_string(text, source=source)
+
+
+def _read_regular(path: str, limit: int) -> bytes:
+    """At most *limit* bytes of the regular file *path*. Opened non-blocking and checked
+    before reading: a FIFO (whose open would wait for a writer, and whose read for data)
+    or a device is refused with ``OSError``, never waited on."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        chunks: list[bytes] = []
+        size = 0
+        while size < limit:
+            chunk = os.read(fd, limit - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def load_policy_string(text: str, *, source: str = "<string>") -> Policy:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 import pickle
 import random
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -271,6 +273,27 @@ def test_file_errors(tmp_path: Path) -> None:
     with pytest.raises(PolicyLoadError) as info:
         load_policy(bad)
     assert info.value.reason is R.ENCODING
+
+
+def test_a_fifo_or_directory_is_refused_without_waiting(tmp_path: Path) -> None:
+    """A FIFO named as the policy file: the open used to wait for a writer for ever
+    (``flux policy check FIFO`` hung). Now it is refused as IO, as is a directory."""
+    fifo = tmp_path / "policy.toml"
+    os.mkfifo(fifo)
+    outcome: list[object] = []
+
+    def load(path: Path) -> None:
+        try:
+            load_policy(path)
+        except PolicyLoadError as exc:
+            outcome.append(exc.reason)
+
+    for path in (fifo, tmp_path):
+        worker = threading.Thread(target=load, args=(path,), daemon=True)
+        worker.start()
+        worker.join(timeout=20)
+        assert not worker.is_alive(), f"load_policy({path.name}) waits"
+    assert outcome == [R.IO, R.IO]
 
 
 def test_load_from_file_string_and_dict_agree(tmp_path: Path) -> None:
