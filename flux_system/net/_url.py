@@ -9,8 +9,8 @@ with UTS #46 mapping would produce (or does not round-trip through its A-label).
 
 from __future__ import annotations
 
-import functools
 import re
+import threading
 import unicodedata
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv6Address
@@ -86,12 +86,19 @@ def parse_url(url: object, *, op: str = "guard_url") -> ParsedURL:
     """
     if not isinstance(url, str):
         raise TypeError(f"url must be str, not {type(url).__name__}")
-    return _parse_url_cached(url, op)
+    parsed = _accepted.get(url)  # keyed by the text alone: *op* only names refusals
+    if parsed is None:
+        parsed = _parse_url(url, op)
+        with _accepted_lock:
+            if len(_accepted) >= PARSE_CACHE_SIZE:
+                _accepted.pop(next(iter(_accepted)))  # the oldest entry
+            _accepted[url] = parsed
+    return parsed
 
 
-@functools.lru_cache(maxsize=PARSE_CACHE_SIZE)
-def _parse_url_cached(url: str, op: str) -> ParsedURL:
-    return _parse_url(url, op)
+# Accepted URLs by text (a client request, then its guard, parse the same text once).
+_accepted: dict[str, ParsedURL] = {}
+_accepted_lock = threading.Lock()
 
 
 def _parse_url(url: str, op: str) -> ParsedURL:

@@ -16,12 +16,14 @@ from flux_system.net import (
     RequestLimits,
     Resolver,
     StaticResolver,
+    _url,
     classify_address,
     guard_host,
     guard_url,
 )
 from flux_system.net._blocklist import REGISTRY_DATES, TABLE, TABLE_REVIEWED
 from flux_system.net._redirects import retry_delay
+from flux_system.net._url import PARSE_CACHE_SIZE, parse_url
 
 PUBLIC = StaticResolver({"example.com": ["93.184.216.34"]})
 
@@ -244,3 +246,18 @@ def test_internal_names(host: str, internal: bool) -> None:
     from flux_system.net._names import is_internal_name
 
     assert is_internal_name(host) is internal
+
+
+def test_parse_cache_is_keyed_by_text_and_refusals_keep_their_op() -> None:
+    """A client request and its guard parse the same URL text once (the cache used to
+    key on the caller's op too, so every fresh URL was parsed twice); a refusal is
+    never cached and names the op of the call that was refused."""
+    url = "https://cache-key.example/a?page=1"
+    assert parse_url(url, op="request") is parse_url(url, op="guard_url")
+    for op in ("request", "redirect"):
+        with pytest.raises(EgressDeniedError) as info:
+            parse_url("ftp://cache-key.example/", op=op)
+        assert info.value.op == op
+    for i in range(PARSE_CACHE_SIZE + 10):  # the cache stays bounded
+        parse_url(f"https://cache-key.example/{i}", op="request")
+    assert len(_url._accepted) <= PARSE_CACHE_SIZE
