@@ -62,6 +62,10 @@ def _deny(reason: EgressReason, why: str, op: str, host: str | None = None) -> E
 
 
 def _check_characters(text: str, op: str) -> None:
+    # Fast path, at C speed: printable ASCII (no control byte, no DEL) without a
+    # backslash or a space passes every check below.
+    if text.isascii() and text.isprintable() and "\\" not in text and " " not in text:
+        return
     for ch in text:
         code = ord(ch)
         if code < 0x20 or code == 0x7F or 0x80 <= code <= 0x9F:
@@ -98,6 +102,7 @@ def parse_url(url: object, *, op: str = "guard_url") -> ParsedURL:
 
 # Accepted URLs by text (a client request, then its guard, parse the same text once).
 _accepted: dict[str, ParsedURL] = {}
+_hosts: dict[str, ParsedHost] = {}
 _accepted_lock = threading.Lock()
 
 
@@ -124,7 +129,13 @@ def _parse_url(url: str, op: str) -> ParsedURL:
     if "@" in authority:
         raise _deny(EgressReason.USERINFO, "userinfo in URL", op)
     host_text, port = _split_port(authority, scheme, op)
-    host = normalize_host(host_text, op=op)
+    host = _hosts.get(host_text)  # normalized hosts by text: a pure function, like URLs
+    if host is None:
+        host = normalize_host(host_text, op=op)
+        with _accepted_lock:
+            if len(_hosts) >= PARSE_CACHE_SIZE:
+                _hosts.pop(next(iter(_hosts)))
+            _hosts[host_text] = host
     tail = tail.split("#", 1)[0]
     if not tail.startswith("/"):
         tail = "/" + tail
