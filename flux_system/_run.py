@@ -184,7 +184,10 @@ def drive_sync(sess: Session, deadline: float | None) -> bool:
             return False
         else:
             end = deadline
-        wait_ms = None if end is None else min(_MAX_WAIT_MS, int((end - now) * 1000) + 1)
+        # (end - now) * 1000 is inf for a finite timeout near the float maximum: compare
+        # before converting (a huge timeout is waited in _MAX_WAIT_MS steps).
+        left_ms = _MAX_WAIT_MS if end is None else (end - now) * 1000
+        wait_ms = None if end is None else int(min(_MAX_WAIT_MS, left_ms)) + 1
         for fd, _ in poller.poll(wait_ms):
             if fd == sp.pidfd:
                 sess.on_exit()
