@@ -113,9 +113,10 @@ class Mutations(Links):
 
         A final symlink is followed beneath the root. Guarantee: refuses a file whose
         inode another name shares (``HARD_LINK``) and anything not a regular file
-        (``SPECIAL_FILE``; a FIFO without reader is refused without blocking) before
-        writing a byte; a failed append (disk full, file-size limit) cuts off what it
-        had appended. Not guaranteed: atomicity for concurrent readers (they may see a
+        (``SPECIAL_FILE``: an existing one is refused before it is opened, so a device's
+        driver ``open`` never runs and a FIFO never blocks) before writing a byte; a
+        failed append (disk full, file-size limit) cuts off what it had appended. Not
+        guaranteed: atomicity for concurrent readers (they may see a
         partial tail while it is written), nor the cut when another process appended
         to the same file meanwhile (its data is never cut; the partial tail then stays).
 
@@ -130,6 +131,7 @@ class Mutations(Links):
             self._final(root, rel, op, display)  # escape or NOT_A_DIRECTORY first
             raise err(op, display, WorkspaceReason.IS_A_DIRECTORY, "path ends with '/'")
         with self._mapped(root, op, display):
+            self._refuse_special_before_open(root, rel, op, display)
             fd = self._open(root, rel, _APPEND, 0o666, op=op, display=display)
             try:
                 st = os.fstat(fd)
@@ -140,6 +142,24 @@ class Mutations(Links):
                 _append_all(fd, payload, st.st_size)
             finally:
                 os.close(fd)
+
+    def _refuse_special_before_open(self, root: Root, rel: bytes, op: str, display: str) -> None:
+        """If *rel* exists, refuse it unless it is a regular file — looked at through an
+        ``O_PATH`` handle, so a device's driver ``open`` never runs (decision 0015). A
+        missing file passes (the caller creates it); the caller still checks what it
+        opens (a swap in between is refused after the open)."""
+        try:
+            probe = self._open(root, rel, PATH, op=op, display=display)
+        except FileNotFoundError:
+            return
+        try:
+            mode = os.fstat(probe).st_mode
+        finally:
+            os.close(probe)
+        if stat.S_ISDIR(mode):
+            raise err(op, display, WorkspaceReason.IS_A_DIRECTORY, "is a directory")
+        if not stat.S_ISREG(mode):
+            raise err(op, display, WorkspaceReason.SPECIAL_FILE, "not a regular file")
 
     def copy(
         self,

@@ -105,6 +105,7 @@ def test_reads_refuse_special_files_before_opening_them(
                 _refused_unopened(watch, lambda n=name: ws.read_text(n))
                 _refused_unopened(watch, lambda n=name: ws.open_read(n))
                 _refused_unopened(watch, lambda n=name: ws.copy(n, "sub/copy"))
+                _refused_unopened(watch, lambda n=name: ws.append_bytes(n, b"x"))
             assert not (root / "sub" / "copy").exists()
         if not stat.S_ISSOCK(special.stat().st_mode):  # a socket cannot be open()ed
             os.close(os.open(special, os.O_RDONLY | os.O_NONBLOCK))
