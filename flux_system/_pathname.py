@@ -44,12 +44,12 @@ def as_text(value: object, argname: str) -> str:
     """
     if type(value) is str:
         return value
-    if isinstance(value, str):
-        return str(value)
+    if isinstance(value, str):  # str.__str__: the text itself, never an override's
+        return str.__str__(value)
     if isinstance(value, os.PathLike):
-        text = os.fspath(value)
+        text = os.fspath(value)  # called once: the text checked is the text used
         if isinstance(text, str):
-            return text
+            return str.__str__(text)  # a str subclass could lie in encode() and the rest
     raise TypeError(f"{argname} must be str or os.PathLike[str], not {type(value).__name__}")
 
 
