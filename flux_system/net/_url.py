@@ -90,6 +90,7 @@ def parse_url(url: object, *, op: str = "guard_url") -> ParsedURL:
     """
     if not isinstance(url, str):
         raise TypeError(f"url must be str, not {type(url).__name__}")
+    url = str.__str__(url)  # a str subclass could lie in __hash__/__eq__ (cache) and checks
     parsed = _accepted.get(url)  # keyed by the text alone: *op* only names refusals
     if parsed is None:
         parsed = _parse_url(url, op)
@@ -186,6 +187,7 @@ def normalize_host(text: str, *, op: str = "guard_host") -> ParsedHost:
     """
     if not isinstance(text, str):
         raise TypeError(f"host must be str, not {type(text).__name__}")
+    text = str.__str__(text)  # the plain text: a str subclass could lie in its checks
     if not text:
         raise _deny(EgressReason.EMPTY_HOST, "empty host", op)
     if len(text) > MAX_HOST_INPUT:
