@@ -18,7 +18,7 @@ _MAX_PATTERNS: Final = 4096  # a grant list is configuration, not data: keep it 
 def _pattern(text: object, arg: str) -> str:
     if not isinstance(text, str):
         raise TypeError(f"{arg} must be an iterable of str, not {type(text).__name__}")
-    value = text.strip().lower().removesuffix(".")
+    value = str.__str__(text).strip().lower().removesuffix(".")  # never a subclass's overrides
     body = value[2:] if value.startswith("*.") else value
     if not body or "*" in body:
         raise ValueError(f"{arg}: bad host pattern {text!r} (use 'name' or '*.suffix')")

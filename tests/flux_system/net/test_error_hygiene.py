@@ -10,7 +10,13 @@ from __future__ import annotations
 import pytest
 
 from flux_system import EgressDeniedError, EgressReason
-from flux_system.net import StaticResolver, guard_host, guard_url
+from flux_system.net import (
+    EgressPolicy,
+    PrivateNetAllow,
+    StaticResolver,
+    guard_host,
+    guard_url,
+)
 
 _VICTIM = "http://metadata.invalid-hygiene.example/latest"
 
@@ -64,3 +70,36 @@ def test_a_lying_host_cannot_pass_the_control_byte_check() -> None:
     with pytest.raises(EgressDeniedError) as info:
         guard_host(_Liar("good.hygiene.example\n"), 80, resolver=_resolver())
     assert info.value.reason is EgressReason.CONTROL_BYTE
+
+
+class _EqualsAll(str):
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    def __hash__(self) -> int:
+        return 0
+
+    def strip(self, chars: str | None = None) -> str:
+        return self
+
+    def lower(self) -> str:
+        return self
+
+    def removesuffix(self, suffix: str) -> str:
+        return self
+
+
+def test_a_lying_allow_list_pattern_admits_only_its_own_text() -> None:
+    policy = EgressPolicy(allow_hosts=[_EqualsAll("good.hygiene.example")])
+    assert all(type(p) is str for p in policy.allow_hosts)
+    with pytest.raises(EgressDeniedError) as info:
+        guard_host("other.hygiene.example", 80, resolver=_resolver(), policy=policy)
+    assert info.value.reason is EgressReason.NOT_ALLOWED
+
+
+def test_a_lying_private_host_grant_admits_only_its_own_text() -> None:
+    grants = PrivateNetAllow(hosts=[_EqualsAll("good.hygiene.example")])
+    assert all(type(p) is str for p in grants.hosts)
+    assert not grants.admits_name("localhost")
