@@ -51,6 +51,8 @@ def load_policy(path: str | os.PathLike[str]) -> Policy:
         data = _read_regular(source, _MAX_POLICY_BYTES + 1)
     except OSError as exc:
         raise fail(PolicyLoadReason.IO, exc.strerror or "unreadable", source) from exc
+    except ValueError:  # os.open: a NUL byte in the path
+        raise fail(PolicyLoadReason.IO, "path contains a NUL byte", source) from None
     if len(data) > _MAX_POLICY_BYTES:
         raise fail(PolicyLoadReason.TOO_LARGE, "policy file too large", source)
     try:
