@@ -90,7 +90,7 @@ def open_log_fd(path: str, *, readonly: bool, op: str) -> tuple[int, bool]:
     without blocking on a FIFO; return the blocking fd and whether we created the file.
 
     Raises:
-        EvidenceError: NOT_FOUND, NOT_A_FILE or IO.
+        EvidenceError: NOT_FOUND, NOT_A_FILE or IO; BAD_ARGUMENT for a NUL in *path*.
     """
     base = os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY
     created = False
@@ -111,6 +111,10 @@ def open_log_fd(path: str, *, readonly: bool, op: str) -> tuple[int, bool]:
         raise _not_a_file(op) from exc
     except OSError as exc:
         raise io_error(op, exc) from exc
+    except ValueError:  # os.open: a NUL byte in the path
+        raise EvidenceError(
+            "evidence log path contains a NUL byte", op=op, reason=EvidenceReason.BAD_ARGUMENT
+        ) from None
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise _not_a_file(op)
