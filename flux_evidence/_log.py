@@ -94,12 +94,13 @@ class EvidenceLog(LogBase):
             )
         if log_id is not None:
             check_log_id(log_id)
-        fd, created = open_log_fd(os.fspath(path), readonly=readonly, op="open")
+        source = os.fspath(path)  # once: the file opened is the one whose directory is synced
+        fd, created = open_log_fd(source, readonly=readonly, op="open")
         try:
             if not readonly:
                 _lock(fd, wait=wait_for_lock)
             log = cls(_fd=fd, _fsync=fsync, _clock=clock)
-            log._load(os.fspath(path), created=created, readonly=readonly, log_id=log_id)
+            log._load(source, created=created, readonly=readonly, log_id=log_id)
         except BaseException:
             os.close(fd)
             raise

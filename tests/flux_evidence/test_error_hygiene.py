@@ -21,3 +21,26 @@ def test_nul_in_verified_path_is_a_typed_bad_argument(tmp_path: Path) -> None:
     with pytest.raises(EvidenceError) as info:
         verify(str(tmp_path / "log\x00.jsonl"))
     assert info.value.reason is EvidenceReason.BAD_ARGUMENT
+
+
+class _FlippingPath:
+    """A PathLike naming a different place on each call (TOCTOU by object)."""
+
+    def __init__(self, first: Path, then: str) -> None:
+        self._answers = [str(first), then]
+
+    def __fspath__(self) -> str:
+        return self._answers.pop(0) if len(self._answers) > 1 else self._answers[0]
+
+
+def test_open_reads_a_pathlike_once(tmp_path: Path) -> None:
+    # The log is created at the first answer; its directory must be the one synced.
+    # Asking again fsynced the directory of another answer: here a missing one, so a
+    # log was created and left behind while open() failed.
+    path = _FlippingPath(tmp_path / "log.jsonl", str(tmp_path / "missing" / "log.jsonl"))
+    log = EvidenceLog.open(path)
+    try:
+        assert len(log) == 1  # genesis
+    finally:
+        log.close()
+    assert [p.name for p in tmp_path.iterdir()] == ["log.jsonl"]
