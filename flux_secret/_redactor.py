@@ -209,6 +209,7 @@ class Redactor:
         """
         if not isinstance(text, str):
             raise TypeError(f"text must be str, not {type(text).__name__}")
+        text = str.__str__(text)  # the text itself: a subclass's encode() could hide a secret
         data = text.encode("utf-8", "surrogatepass")
         ascii_only = text.isascii()  # O(1): byte offsets are then character offsets
         merged = self._intervals(self._snapshot(), data, text=not ascii_only)

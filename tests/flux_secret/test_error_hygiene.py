@@ -1,0 +1,55 @@
+"""A str subclass cannot talk the redactor out of masking the text it really holds.
+
+``redact`` judged a ``str`` subclass through its own ``encode``/``isascii``; one whose
+``encode`` hid the secret was returned unchanged — the secret with it.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from flux_secret import Redactor
+
+SECRET = "hygiene-Secret-4242"
+
+
+class _Hider(str):
+    __slots__ = ()
+
+    def encode(self, encoding: str = "utf-8", errors: str = "strict") -> bytes:
+        return b"nothing to see"
+
+    def isascii(self) -> bool:
+        return True
+
+
+def _red() -> Redactor:
+    red = Redactor()
+    red.register(SECRET, "s")
+    return red
+
+
+def test_redact_masks_the_text_a_str_subclass_holds() -> None:
+    out = _red().redact(_Hider(f"token={SECRET}"))
+    assert SECRET not in str.__str__(out)
+
+
+def test_redact_obj_masks_a_str_subclass_inside_a_structure() -> None:
+    out = _red().redact_obj({"k": [_Hider(SECRET)]})
+    assert isinstance(out, dict)
+    assert SECRET not in str.__str__(out["k"][0])
+
+
+def test_stream_masks_the_text_a_str_subclass_holds() -> None:
+    stream = _red().stream()
+    first = stream.feed(_Hider(f"a {SECRET} b"))
+    rest = stream.flush()
+    assert isinstance(rest, str)
+    out = first + rest
+    assert SECRET not in str.__str__(out)
+
+
+def test_logging_filter_masks_a_str_subclass_message() -> None:
+    record = logging.LogRecord("t", logging.INFO, __file__, 1, _Hider(SECRET), None, None)
+    _red().logging_filter().filter(record)
+    assert SECRET not in str.__str__(record.getMessage())
