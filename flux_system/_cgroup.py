@@ -243,10 +243,11 @@ class CgroupPool:
     this pool's cgroups remains (nor the base, once no other pool uses it).
     """
 
-    __slots__ = ("_base", "_closed", "_free", "_lock", "_out", "enabled")
+    __slots__ = ("_base", "_closed", "_free", "_lock", "_out", "_pid", "enabled")
 
     def __init__(self, *, enabled: bool = True) -> None:
         self.enabled = enabled
+        self._pid = os.getpid()  # a forked child's copy is the parent's: it touches nothing
         self._lock = threading.Lock()
         self._free: list[Lease] = []
         self._out = 0
@@ -255,7 +256,7 @@ class CgroupPool:
 
     def acquire(self) -> Lease | None:
         """A fresh or reused empty cgroup for a new tree; ``None`` when unavailable."""
-        if not self.enabled:
+        if not self.enabled or os.getpid() != self._pid:
             return None
         with self._lock:
             if self._closed:
@@ -314,7 +315,13 @@ class CgroupPool:
             _drop_base(base)
 
     def close(self) -> None:
-        """Remove the free cgroups; the rest go when their trees release them. Idempotent."""
+        """Remove the free cgroups; the rest go when their trees release them. Idempotent.
+
+        In a child forked from the pool's creator this does nothing: the cgroups are
+        the parent's (removing a free one would break the parent's next spawn).
+        """
+        if os.getpid() != self._pid:
+            return
         with self._lock:
             if self._closed:
                 return
@@ -328,6 +335,21 @@ class CgroupPool:
             remove_tree(lease.path)
         if base is not None:
             _drop_base(base)
+
+
+def _after_fork_in_child() -> None:
+    """The child starts afresh: the parent's base is not its own, a held lock is freed.
+
+    Only the forking thread exists in the child, so nothing else runs here. A lock
+    another thread held at the fork would stay held forever; the child's own trees
+    get their own ``flux-<child pid>`` base, made on first use.
+    """
+    global _lock, _base  # noqa: PLW0603 - process-wide state, reset once per fork
+    _lock = threading.Lock()
+    _base = None
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 @atexit.register

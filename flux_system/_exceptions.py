@@ -143,6 +143,7 @@ class ProcessReason(enum.Enum):
     INVALID_ARGV = "invalid_argv"  # empty argv, NUL byte in an argument
     INVALID_ENV = "invalid_env"  # env name empty or with "=", NUL, not encodable
     STATUS_UNAVAILABLE = "status_unavailable"  # SIGCHLD ignored: exit statuses discarded
+    FORKED = "forked"  # used in a child forked from the process that created the System
 
 
 class SandboxReason(enum.Enum):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import math
+import os
 import threading
 import time
 import typing
@@ -41,7 +42,7 @@ def _close_all() -> None:
     before it; the cgroups are removed here explicitly too, in that order.
     """
     for system in list(_systems):
-        system.close()
+        system.close()  # a System of the parent (inherited by fork) does nothing here
     remove_leftovers()
 
 
@@ -138,6 +139,7 @@ class System:
         self._children: set[ManagedChild] = set()
         self._slots = 0
         self._closed = False
+        self._pid = os.getpid()  # a forked child refuses to use it (FORKED, decision 0022)
         self._cgroups = CgroupPool(enabled=bool(_contain))
         weakref.finalize(self, self._cgroups.close)
         _systems.add(self)
@@ -157,6 +159,12 @@ class System:
             raise TypeError("limits must be a Limits or None")
         if not isinstance(cwd, str):
             raise TypeError("cwd must be a str")
+        if os.getpid() != self._pid:  # before the lock: another thread may have held it
+            raise ProcessError(
+                "System was created by the parent process",
+                op="run",
+                reason=ProcessReason.FORKED,
+            )
         with self._lock:
             if self._closed:
                 raise ProcessError("System is closed", op="run", reason=ProcessReason.CLOSED)
@@ -323,7 +331,8 @@ class System:
             TypeError: argv is a str, or a wrong type elsewhere.
             SpawnError: not found, not executable, bad cwd, limit unenforceable, cap.
             ProcessTimeoutError: the timeout expired (carries the captured output).
-            ProcessError: ``STDIN_NOT_CONSUMED`` (exit 0, stdin left unread), ``CLOSED``.
+            ProcessError: ``STDIN_NOT_CONSUMED`` (exit 0, stdin left unread), ``CLOSED``,
+                ``FORKED`` (called in a child forked from the System's creator).
             ConfinementError, WorkspaceError: the cwd was refused by the workspace.
         """
         timeout = _check_timeout(timeout)
@@ -429,7 +438,12 @@ class System:
 
         Guarantee: the background children are reaped before this returns, and once
         every ``run`` in flight has returned, no cgroup of this System remains.
+        In a child forked from the process that created it, this does nothing: the
+        children, trees and cgroups are the parent's (its inherited pidfds would kill
+        them, and its drain threads do not exist in the child to be joined).
         """
+        if os.getpid() != self._pid:
+            return
         with self._lock:
             self._closed = True
             sessions = list(self._live.values())

@@ -51,6 +51,19 @@ _subreaper_set = False
 _leaders: set[int] = set()
 
 
+def _after_fork_in_child() -> None:
+    """Reset what a forked child does not inherit: a lock held by another thread at the
+    fork, the subreaper flag (``PR_SET_CHILD_SUBREAPER`` is not inherited by ``fork``),
+    and the parent's tree leaders (not the child's children)."""
+    global _lock, _subreaper_set, _leaders  # noqa: PLW0603 - reset once per fork
+    _lock = threading.Lock()
+    _subreaper_set = False
+    _leaders = set()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def ensure_subreaper() -> None:
     """Make this process a child subreaper (idempotent, process-wide).
 
