@@ -110,8 +110,8 @@ class Redactor:
         if isinstance(value, SecretValue):
             name = value.name if name is None else name
             value = value.expose_secret()
-        if isinstance(value, str):
-            raw = value.encode("utf-8", "surrogatepass")
+        if isinstance(value, str):  # str.__str__: a subclass's encode() could register a decoy
+            raw = str.__str__(value).encode("utf-8", "surrogatepass")
         elif isinstance(value, bytes):
             raw = value
         else:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 
-from flux_secret import Redactor
+from flux_secret import Redactor, SecretResolver
 
 SECRET = "hygiene-Secret-4242"
 
@@ -53,3 +53,32 @@ def test_logging_filter_masks_a_str_subclass_message() -> None:
     record = logging.LogRecord("t", logging.INFO, __file__, 1, _Hider(SECRET), None, None)
     _red().logging_filter().filter(record)
     assert SECRET not in str.__str__(record.getMessage())
+
+
+class _BytesHider(bytes):
+    def __bytes__(self) -> bytes:
+        return b"nothing to see"
+
+    def __len__(self) -> int:
+        return 64
+
+    def __contains__(self, item: object) -> bool:
+        return False
+
+
+def test_register_masks_the_text_a_str_subclass_holds() -> None:
+    red = Redactor()
+    red.register(_Hider(SECRET), "s")
+    assert SECRET not in red.redact(f"x {SECRET} y")
+
+
+def test_resolver_registers_the_text_a_str_subclass_value_holds() -> None:
+    red = Redactor()
+    SecretResolver(environ={"K": _Hider(SECRET)}, redactor=red).resolve("secret:env/K")
+    assert SECRET not in red.redact(f"x {SECRET} y")
+
+
+def test_register_masks_the_bytes_a_bytes_subclass_holds() -> None:
+    red = Redactor()
+    red.register(_BytesHider(SECRET.encode()), "s")
+    assert SECRET not in red.redact(f"x {SECRET} y")
