@@ -186,6 +186,7 @@ def _invalid_env() -> SpawnError:
 def _check_pair(key: object, value: object) -> tuple[str, str]:
     if not isinstance(key, str) or not isinstance(value, str):
         raise TypeError("env must map str to str")
+    key, value = str.__str__(key), str.__str__(value)  # a subclass could lie to `in`
     if not key or "=" in key or "\0" in key or "\0" in value:
         raise _invalid_env()
     try:  # what exec would do later, where the error would carry the value

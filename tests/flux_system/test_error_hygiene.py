@@ -13,7 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from flux_system import ConfinementReason, InvalidPathError, Workspace
+from flux_system import (
+    ConfinementReason,
+    InvalidPathError,
+    ProcessReason,
+    SpawnError,
+    System,
+    Workspace,
+)
 
 
 class _LyingStr(str):
@@ -58,3 +65,21 @@ def test_control_byte_in_fspath_str_subclass_is_refused(tmp_path: Path) -> None:
         ws.write_bytes(_LyingStr("a\nb"), b"x")
     assert info.value.reason is ConfinementReason.CONTROL_BYTE
     assert os.listdir(tmp_path) == []
+
+
+class _HidesNul(str):
+    """Denies holding any character: ``"\\0" in value`` and ``"=" in key`` say False."""
+
+    __slots__ = ()
+
+    def __contains__(self, item: object) -> bool:
+        return False
+
+
+@pytest.mark.parametrize(
+    "env", [{"A": _HidesNul("v\x00w")}, {_HidesNul("A=B"): "v"}, {_HidesNul("A\x00"): "v"}]
+)
+def test_env_str_subclass_cannot_hide_an_invalid_pair(tmp_path: Path, env: object) -> None:
+    with Workspace(tmp_path) as ws, System(ws) as system, pytest.raises(SpawnError) as info:
+        system.run(["true"], env=env)  # type: ignore[arg-type]
+    assert info.value.reason is ProcessReason.INVALID_ENV
