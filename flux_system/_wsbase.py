@@ -13,6 +13,7 @@ import pathlib
 import stat
 import threading
 import typing
+import weakref
 from collections.abc import Iterable, Mapping
 from typing import Self
 
@@ -49,6 +50,19 @@ _S_ISDIR = stat.S_ISDIR
 
 
 _DEAD: list[int] = []  # one process-wide fd that fails every lookup (see _dead_fd)
+
+
+# Every live Workspace: a child forked while another thread was inside close() inherits
+# that close lock held, with no thread to release it; the fork hook gives each a new one.
+_LIVE: weakref.WeakSet[WorkspaceBase] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for ws in list(_LIVE):
+        ws._close_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _dead_fd() -> int:
@@ -113,6 +127,7 @@ class WorkspaceBase:
         self._roots: list[Root] = []
         self._retired: list[int] = []
         self._close_lock = threading.Lock()  # one close() at a time: each fd retired once
+        _LIVE.add(self)  # its lock is replaced in a forked child (decision 0011)
         self._dead = _dead_fd()
         if resolver not in ("auto", *RESOLVERS):
             raise ValueError(f"resolver must be 'auto', 'openat2' or 'walk', not {resolver!r}")

@@ -139,3 +139,46 @@ def test_locks_held_by_another_thread_at_fork_do_not_deadlock_a_new_system(
         """,
     )
     assert lines == ["[(0, True)] 1", "exit 0"]
+
+
+def test_workspace_close_in_a_child_forked_during_a_close_does_not_deadlock(
+    system: System,
+) -> None:
+    # Another thread is inside Workspace.close() (its lock held, here deterministically)
+    # when the fork happens: the child's close() and __del__ must not wait forever on a
+    # lock no thread of the child will release, and the child's copy ends closed.
+    lines = _nested(
+        system,
+        """
+        from flux_system import Workspace, WorkspaceError
+        ws = Workspace(pathlib.Path('.'))
+        ws.write_bytes('f', b'x')
+        held, release = threading.Event(), threading.Event()
+        def hold():
+            with ws._close_lock:
+                held.set()
+                release.wait()
+        t = threading.Thread(target=hold)
+        t.start()
+        held.wait()
+        pid = os.fork()
+        if pid == 0:
+            done = []
+            def use():
+                ws.close()
+                try:
+                    ws.read_bytes('f')
+                except WorkspaceError as exc:
+                    done.append(exc.reason.name)
+            u = threading.Thread(target=use, daemon=True)
+            u.start()
+            u.join(20)
+            print(done, flush=True)
+            os._exit(0)
+        print(wait_child(pid), flush=True)
+        release.set()
+        t.join()
+        print(ws.read_bytes('f'), flush=True)  # the parent's copy is still open
+        """,
+    )
+    assert lines == ["['CLOSED']", "exit 0", "b'x'"]
