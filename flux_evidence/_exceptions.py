@@ -73,6 +73,11 @@ class EvidenceError(Exception):
         self.op = op
         self.reason = reason
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # Subclasses take other constructor arguments: rebuild from the state instead,
+        # so every error crosses a process boundary (a process pool) as it was.
+        return (_rebuild, (type(self), str(self), dict(self.__dict__)))
+
 
 @typing.final
 class InvalidEvidenceError(EvidenceError):
@@ -101,3 +106,10 @@ class LogLockedError(EvidenceError):
         super().__init__(
             "evidence log is locked by another writer", op=op, reason=EvidenceReason.LOCKED
         )
+
+
+def _rebuild(cls: type[EvidenceError], message: str, state: dict[str, object]) -> EvidenceError:
+    err = cls.__new__(cls)
+    Exception.__init__(err, message)
+    err.__dict__.update(state)
+    return err

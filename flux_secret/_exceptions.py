@@ -103,6 +103,11 @@ class SecretError(Exception):
         self.reason = reason
         self.name = name
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # Subclasses take other constructor arguments: rebuild from the state instead,
+        # so every error crosses a process boundary (a process pool) as it was.
+        return (_rebuild, (type(self), str(self), dict(self.__dict__)))
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}(reason={self.reason!s}, name={self.name!r})"
 
@@ -158,3 +163,10 @@ class ExposureError(SecretError, TypeError):
 
     def __init__(self, message: str, *, reason: ExposureReason) -> None:
         super().__init__(message, reason=reason)
+
+
+def _rebuild(cls: type[SecretError], message: str, state: dict[str, object]) -> SecretError:
+    err = cls.__new__(cls)
+    Exception.__init__(err, message)
+    err.__dict__.update(state)
+    return err

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 
 import pytest
 
-from flux_evidence import EvidenceError, EvidenceLog, EvidenceReason, verify
+from flux_evidence import (
+    EvidenceError,
+    EvidenceLog,
+    EvidenceReason,
+    InvalidEvidenceError,
+    LogLockedError,
+    TamperReason,
+    verify,
+)
 
 
 @pytest.mark.parametrize("readonly", [False, True])
@@ -44,3 +53,23 @@ def test_open_reads_a_pathlike_once(tmp_path: Path) -> None:
     finally:
         log.close()
     assert [p.name for p in tmp_path.iterdir()] == ["log.jsonl"]
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        EvidenceError("evidence log I/O failed: ENOSPC", op="append", reason=EvidenceReason.IO),
+        InvalidEvidenceError(TamperReason.MODIFIED, seq=3),
+        InvalidEvidenceError(TamperReason.BAD_PROOF, seq=None, op="verify_inclusion"),
+        LogLockedError(),
+    ],
+    ids=lambda e: type(e).__name__,
+)
+def test_errors_cross_a_process_boundary_as_they_were(error: EvidenceError) -> None:
+    """Pickled (as a process pool sends them) and back: same type, message and fields.
+    The subclasses' constructors take other arguments than the root's; unpickling them
+    used to fail with TypeError."""
+    again = pickle.loads(pickle.dumps(error))
+    assert type(again) is type(error)
+    assert str(again) == str(error)
+    assert again.__dict__ == error.__dict__

@@ -7,8 +7,24 @@
 from __future__ import annotations
 
 import logging
+import pickle
+
+import pytest
 
 from flux_secret import Redactor, SecretResolver
+from flux_secret._exceptions import (
+    ExposureError,
+    ExposureReason,
+    RedactionError,
+    RedactionReason,
+    RefReason,
+    RegistrationError,
+    RegistrationReason,
+    ResolutionError,
+    ResolutionReason,
+    SecretError,
+    SecretRefError,
+)
 
 SECRET = "hygiene-Secret-4242"
 
@@ -82,3 +98,23 @@ def test_register_masks_the_bytes_a_bytes_subclass_holds() -> None:
     red = Redactor()
     red.register(_BytesHider(SECRET.encode()), "s")
     assert SECRET not in red.redact(f"x {SECRET} y")
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        SecretRefError("malformed reference", reason=RefReason.SCHEME),
+        ResolutionError("not set", reason=ResolutionReason.NOT_FOUND, kind="env"),
+        RegistrationError("too short", reason=RegistrationReason.TOO_SHORT, name="api"),
+        RedactionError("unsupported", reason=RedactionReason.UNSUPPORTED_TYPE),
+        ExposureError("no pickling", reason=ExposureReason.PICKLE),
+    ],
+    ids=lambda e: type(e).__name__,
+)
+def test_errors_cross_a_process_boundary_as_they_were(error: SecretError) -> None:
+    """Pickled (as a process pool sends them) and back: same type, message and fields
+    (the subclasses' constructors used to make unpickling fail with TypeError)."""
+    again = pickle.loads(pickle.dumps(error))
+    assert type(again) is type(error)
+    assert str(again) == str(error)
+    assert again.__dict__ == error.__dict__
