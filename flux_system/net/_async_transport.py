@@ -134,6 +134,7 @@ class AsyncGuardedTransport(PinningTransport, httpx.AsyncBaseTransport):
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         target = await self.guard(str(request.url))
         core, pins = self._prepare(request, target)
+        self._check_fork()
         token = PINS.set(pins)
         try:
             with map_httpcore_errors():
@@ -144,4 +145,5 @@ class AsyncGuardedTransport(PinningTransport, httpx.AsyncBaseTransport):
         return self._response(response, _AsyncResponseStream(response.stream, pins), target)
 
     async def aclose(self) -> None:
+        self._check_fork()  # in a forked child: never close the parent's connections
         await self._pool.aclose()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -23,6 +24,16 @@ _ADDRESS_TYPES: Final = (IPv4Address, IPv6Address)
 DEFAULT_PORTS: Final = frozenset({80, 443})
 
 _default_lock = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    """A lock another thread held at the fork would stay held in the child forever."""
+    global _default_lock  # noqa: PLW0603 - reset once per fork, only the forking thread runs
+    _default_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
 _default_resolver: list[DnsResolver] = []
 
 

@@ -12,6 +12,7 @@ verifying the name the caller asked for. See docs/decisions/0030.
 from __future__ import annotations
 
 import functools
+import os
 import ssl
 from collections.abc import Collection
 from typing import Any, Final
@@ -115,15 +116,32 @@ class PinningTransport:
         self._guard_url = functools.partial(
             guard_url, allow=allow, resolver=resolver, ports=ports, policy=policy
         )
-        self._make_pool(
-            ssl_context=default_ssl_context(verify),
-            max_connections=_MAX_CONNECTIONS,
-            max_keepalive_connections=_MAX_KEEPALIVE,
-            keepalive_expiry=_KEEPALIVE_EXPIRY,
-            http1=True,
-            http2=False,
-            retries=0,
-        )
+        self._options: dict[str, Any] = {
+            "ssl_context": default_ssl_context(verify),
+            "max_connections": _MAX_CONNECTIONS,
+            "max_keepalive_connections": _MAX_KEEPALIVE,
+            "keepalive_expiry": _KEEPALIVE_EXPIRY,
+            "http1": True,
+            "http2": False,
+            "retries": 0,
+        }
+        self._make_pool(**self._options)
+        self._pid = os.getpid()
+
+    def _check_fork(self) -> None:
+        """In a child forked since the pool was built, replace it with a fresh one.
+
+        The inherited pool's kept-alive connections are the parent's TCP/TLS streams
+        (a request on one would interleave with the parent's on the same stream), and
+        its lock may have been held by another thread at the fork. The old pool is
+        dropped untouched: nothing is written or closed on the parent's streams (the
+        child's copies of the sockets are only released). Idempotent; racing threads
+        of the child may each build one, and every one of those is fresh.
+        Not guaranteed: a response the child inherited mid-read stays the parent's.
+        """
+        if self._pid != os.getpid():
+            self._make_pool(**self._options)
+            self._pid = os.getpid()  # after the pool: a thread seeing it sees a fresh pool
 
     def _make_pool(self, **options: Any) -> None:
         """Build ``self._pool`` (sync or async) with *options* and a pinned backend."""

@@ -147,6 +147,7 @@ class GuardedTransport(PinningTransport, httpx.BaseTransport):
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         target = self._guard_url(str(request.url))
         core, pins = self._prepare(request, target)
+        self._check_fork()
         token = PINS.set(pins)
         try:
             with map_httpcore_errors():
@@ -157,4 +158,5 @@ class GuardedTransport(PinningTransport, httpx.BaseTransport):
         return self._response(response, _ResponseStream(response.stream, pins), target)
 
     def close(self) -> None:
+        self._check_fork()  # in a forked child: never close the parent's connections
         self._pool.close()

@@ -9,6 +9,7 @@ with UTS #46 mapping would produce (or does not round-trip through its A-label).
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 import unicodedata
@@ -105,6 +106,15 @@ def parse_url(url: object, *, op: str = "guard_url") -> ParsedURL:
 _accepted: dict[str, ParsedURL] = {}
 _hosts: dict[str, ParsedHost] = {}
 _accepted_lock = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    """A lock another thread held at the fork would stay held in the child forever."""
+    global _accepted_lock  # noqa: PLW0603 - reset once per fork, only the forking thread runs
+    _accepted_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _parse_url(url: str, op: str) -> ParsedURL:
