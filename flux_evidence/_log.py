@@ -282,7 +282,7 @@ class EvidenceLog(LogBase):
         except OSError as exc:
             raise io_error("append", exc) from exc
 
-    def _abandon_in_child(self) -> None:
+    def _abandon_in_child(self, *, close_fd: bool = True) -> None:
         """After fork, in the child: this process is not the writer. The lock belongs to
         the parent (flock is shared by the inherited descriptor, so it cannot exclude the
         child): drop the child's descriptor, so that only the parent's close releases
@@ -295,8 +295,9 @@ class EvidenceLog(LogBase):
         self._groups.durable = durable
         self._groups.stop()  # no group commit, ever
         self._forked = self._closed = True
-        with contextlib.suppress(OSError):
-            os.close(self._fd)
+        if close_fd:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
 
     def _close(self) -> None:
         """Make every appended record durable (unless ``never``), then close the fd.
@@ -315,8 +316,14 @@ class EvidenceLog(LogBase):
         except OSError:
             self._failed = True  # close itself does not raise
         finally:
-            os.close(self._fd)
-            _WRITERS.discard(self)
+            # The descriptor stops being an open writer's in the same step as it is
+            # closed, as seen from a fork (see _FD_LOCK); signals first, so no handler
+            # can fork in this thread while it holds the lock.
+            with _signals_held(), _FD_LOCK:
+                try:
+                    os.close(self._fd)
+                finally:
+                    _WRITERS.discard(self)
 
 
 # Python runs signal handlers in the main thread only; these are held around a batch
@@ -342,13 +349,45 @@ def _signals_held() -> Iterator[None]:
 _WRITERS: weakref.WeakSet[EvidenceLog] = weakref.WeakSet()
 
 
+# Held around a writer's descriptor close (with its removal from _WRITERS) and across
+# a fork: otherwise a fork landing after another thread closed the descriptor, but
+# before the log left _WRITERS, would have the child's hook close that number — maybe
+# reused meanwhile by an unrelated open. A fork waits at most for one close(2) of the
+# log file to return.
+_FD_LOCK = threading.Lock()
+_fork_held = False  # the fork's before-hook got _FD_LOCK (it may be interrupted)
+
+
+def _before_fork() -> None:
+    global _fork_held  # noqa: PLW0603 - fork-hook state, one fork at a time
+    _FD_LOCK.acquire()
+    _fork_held = True
+
+
+def _after_fork_in_parent() -> None:
+    global _fork_held  # noqa: PLW0603
+    if _fork_held:
+        _fork_held = False
+        _FD_LOCK.release()
+
+
 def _after_fork_in_child() -> None:
+    global _FD_LOCK, _fork_held  # noqa: PLW0603 - only the forking thread exists here
+    held, _fork_held = _fork_held, False
+    _FD_LOCK = threading.Lock()
     for log in list(_WRITERS):
-        log._abandon_in_child()
+        # Without the lock (the before-hook was interrupted) a listed descriptor may be
+        # closed and reused already: keep it (the parent's lock then lasts until this
+        # child exits) rather than close an unrelated file.
+        log._abandon_in_child(close_fd=held)
     _WRITERS.clear()
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+os.register_at_fork(
+    before=_before_fork,
+    after_in_parent=_after_fork_in_parent,
+    after_in_child=_after_fork_in_child,
+)
 
 
 def _lock(fd: int, *, wait: bool) -> None:
