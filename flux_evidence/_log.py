@@ -6,11 +6,8 @@ import contextlib
 import fcntl
 import hashlib
 import os
-import signal
 import threading
 import typing
-import weakref
-from collections.abc import Iterator
 from typing import Any, Literal, Self
 
 from ._base import Clock, LogBase
@@ -19,6 +16,7 @@ from ._fileio import fsync_dir, io_error, open_log_fd, pwrite_all, read_all, wri
 from ._group import GroupCommit
 from ._record import Head, Record, check_log_id
 from ._scan import scan
+from ._writers import close_writer, register, signals_held
 
 __all__ = ["EvidenceLog", "FsyncMode"]
 
@@ -105,7 +103,7 @@ class EvidenceLog(LogBase):
             os.close(fd)
             raise
         if not readonly:
-            _WRITERS.add(log)
+            register(log)
         return log
 
     def _load(self, path: str, *, created: bool, readonly: bool, log_id: str | None) -> None:
@@ -187,7 +185,7 @@ class EvidenceLog(LogBase):
         Python signals, so they pay nothing for this."""
         if not self._group_commit or threading.current_thread() is not threading.main_thread():
             return super().append(kind, data, session=session, turn=turn, actor=actor)
-        with _signals_held():
+        with signals_held():
             return super().append(kind, data, session=session, turn=turn, actor=actor)
 
     @property
@@ -308,7 +306,7 @@ class EvidenceLog(LogBase):
         waiting get FAILED. The fd is closed whatever happens after that.
         """
         if self._group_commit:
-            with _signals_held():  # finish() may lead a group handed over to it
+            with signals_held():  # finish() may lead a group handed over to it
                 self._groups.finish()
         try:
             if not self._readonly and not self._failed and self._fsync != "never":
@@ -316,78 +314,7 @@ class EvidenceLog(LogBase):
         except OSError:
             self._failed = True  # close itself does not raise
         finally:
-            # The descriptor stops being an open writer's in the same step as it is
-            # closed, as seen from a fork (see _FD_LOCK); signals first, so no handler
-            # can fork in this thread while it holds the lock.
-            with _signals_held(), _FD_LOCK:
-                try:
-                    os.close(self._fd)
-                finally:
-                    _WRITERS.discard(self)
-
-
-# Python runs signal handlers in the main thread only; these are held around a batch
-# append there (see EvidenceLog.append). SIGKILL and SIGSTOP cannot be held.
-_CATCHABLE = signal.valid_signals() - {signal.SIGKILL, signal.SIGSTOP}
-
-
-@contextlib.contextmanager
-def _signals_held() -> Iterator[None]:
-    """In the main thread, hold the catchable signals for the block and deliver them
-    after it (elsewhere Python runs no signal handler: nothing to hold)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    held = signal.pthread_sigmask(signal.SIG_BLOCK, _CATCHABLE)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, held)
-
-
-# Writers open in this process, for the fork hook (weak: an unclosed log may be freed).
-_WRITERS: weakref.WeakSet[EvidenceLog] = weakref.WeakSet()
-
-
-# Held around a writer's descriptor close (with its removal from _WRITERS) and across
-# a fork: otherwise a fork landing after another thread closed the descriptor, but
-# before the log left _WRITERS, would have the child's hook close that number — maybe
-# reused meanwhile by an unrelated open. A fork waits at most for one close(2) of the
-# log file to return.
-_FD_LOCK = threading.Lock()
-_fork_held = False  # the fork's before-hook got _FD_LOCK (it may be interrupted)
-
-
-def _before_fork() -> None:
-    global _fork_held  # noqa: PLW0603 - fork-hook state, one fork at a time
-    _FD_LOCK.acquire()
-    _fork_held = True
-
-
-def _after_fork_in_parent() -> None:
-    global _fork_held  # noqa: PLW0603
-    if _fork_held:
-        _fork_held = False
-        _FD_LOCK.release()
-
-
-def _after_fork_in_child() -> None:
-    global _FD_LOCK, _fork_held  # noqa: PLW0603 - only the forking thread exists here
-    held, _fork_held = _fork_held, False
-    _FD_LOCK = threading.Lock()
-    for log in list(_WRITERS):
-        # Without the lock (the before-hook was interrupted) a listed descriptor may be
-        # closed and reused already: keep it (the parent's lock then lasts until this
-        # child exits) rather than close an unrelated file.
-        log._abandon_in_child(close_fd=held)
-    _WRITERS.clear()
-
-
-os.register_at_fork(
-    before=_before_fork,
-    after_in_parent=_after_fork_in_parent,
-    after_in_child=_after_fork_in_child,
-)
+            close_writer(self, self._fd)  # one step as seen from a fork (_writers.py)
 
 
 def _lock(fd: int, *, wait: bool) -> None:
