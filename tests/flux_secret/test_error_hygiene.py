@@ -11,12 +11,12 @@ import pickle
 
 import pytest
 
-from flux_secret import Redactor, SecretResolver
-from flux_secret._exceptions import (
+from flux_secret import (
     ExposureError,
     ExposureReason,
     RedactionError,
     RedactionReason,
+    Redactor,
     RefReason,
     RegistrationError,
     RegistrationReason,
@@ -24,6 +24,7 @@ from flux_secret._exceptions import (
     ResolutionReason,
     SecretError,
     SecretRefError,
+    SecretResolver,
 )
 
 SECRET = "hygiene-Secret-4242"
