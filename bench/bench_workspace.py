@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import record, side_by_side
 from flux_system import Workspace
-from flux_system._resolve import openat2_available
+from flux_system.workspace._resolve import openat2_available
 
 NUMBER = 3000
 WRITES = 150  # per round: each write waits for two fsyncs

@@ -6,9 +6,6 @@ stated on each public name. The public surface is exactly ``__all__``.
 
 from __future__ import annotations
 
-from flux_system._child import ChildOutput, ChildStatus, ManagedChild
-from flux_system._drain import LineObserver
-from flux_system._env import DEFAULT_ENV_ALLOWLIST
 from flux_system._exceptions import (
     ConfinementError,
     ConfinementReason,
@@ -33,12 +30,19 @@ from flux_system._exceptions import (
     WorkspaceError,
     WorkspaceReason,
 )
-from flux_system._fileinfo import FileInfo, FileKind
-from flux_system._limits import Limits, Privileges
-from flux_system._process import System
-from flux_system._result import DEFAULT_OUTPUT_CAP, RunResult
-from flux_system._roots import NamedRoot
-from flux_system._workspace import Workspace
+from flux_system.process import (
+    DEFAULT_ENV_ALLOWLIST,
+    DEFAULT_OUTPUT_CAP,
+    ChildOutput,
+    ChildStatus,
+    Limits,
+    LineObserver,
+    ManagedChild,
+    Privileges,
+    RunResult,
+    System,
+)
+from flux_system.workspace import FileInfo, FileKind, NamedRoot, Workspace
 
 __all__ = [
     "ChildOutput",

@@ -26,7 +26,7 @@ PURE_EXTRA = {
     "flux_evidence": {"pydantic", "pydantic_core", "cryptography"},
 }
 # The only modules allowed to create processes: the one spawn builder and the launcher.
-SPAWN_ALLOWED = {"flux_system/_spawn.py", "flux_system/sandbox/_launcher.py"}
+SPAWN_ALLOWED = {"flux_system/process/_spawn.py", "flux_system/sandbox/_launcher.py"}
 FILE_ALLOWED_PACKAGES = {"flux_system", "flux_evidence", "flux_policy"}
 
 PROCESS_MODULES = {"subprocess", "multiprocessing", "pty", "asyncio.subprocess"}
@@ -204,3 +204,165 @@ def test_scanner_negative_control() -> None:
 
 def test_sources_found() -> None:
     assert any(rel.startswith("flux_system/") for rel, _ in SOURCES)
+
+
+# --- flux_system's layout (docs/decisions/0002) --------------------------------------
+# Subpackages import downwards only. A module may import its own subpackage, and any
+# subpackage of a strictly lower rank; ``process`` and ``net`` share a rank and so never
+# import each other, and ``process`` never imports ``sandbox``.
+LAYER_RANK = {
+    "_exceptions": 0,
+    "workspace": 1,
+    "process": 2,
+    "net": 2,
+    "sandbox": 3,
+    "port": 4,
+    "remote": 5,
+    "testing": 6,
+}
+TOP_LEVEL_ALLOWED = {"__init__.py", "_exceptions.py", "lowlevel.py"}
+
+
+def _layer(module: str) -> str | None:
+    """The layer of a dotted ``flux_system`` module name (``None``: the package root)."""
+    parts = module.split(".")
+    if parts[0] != "flux_system" or len(parts) == 1:
+        return None
+    return parts[1]
+
+
+def _module_name(rel: str) -> str:
+    name = rel[: -len(".py")].replace("/", ".")
+    return name.removesuffix(".__init__")
+
+
+def _package_of(rel: str) -> str:
+    """The package that relative imports in *rel* are anchored to."""
+    name = _module_name(rel)
+    return name if rel.endswith("/__init__.py") else name.rpartition(".")[0]
+
+
+def _runtime_imports(source: str, package: str) -> list[tuple[int, str]]:
+    """Module-level imports that run at import time (``TYPE_CHECKING`` blocks aside)."""
+    tree = ast.parse(source)
+    out: list[tuple[int, str]] = []
+
+    def visit(body: list[ast.stmt]) -> None:
+        for node in body:
+            if isinstance(node, ast.If):
+                test = _dotted(node.test)
+                if test in {"TYPE_CHECKING", "typing.TYPE_CHECKING"}:
+                    visit(node.orelse)
+                    continue
+                visit(node.body)
+                visit(node.orelse)
+            elif isinstance(node, ast.Try):
+                visit(node.body)
+                for handler in node.handlers:
+                    visit(handler.body)
+                visit(node.orelse)
+                visit(node.finalbody)
+            elif isinstance(node, ast.Import):
+                out.extend((node.lineno, a.name) for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.split(".")
+                    anchor = anchor[: len(anchor) - (node.level - 1)]
+                    base = ".".join([*anchor, base] if base else anchor)
+                out.append((node.lineno, base))
+                out.extend((node.lineno, f"{base}.{a.name}") for a in node.names)
+
+    visit(tree.body)
+    return out
+
+
+def layer_problems(rel: str, source: str) -> list[str]:
+    """Imports of *rel* (a ``flux_system/...`` path) that go upwards or sideways."""
+    module = _module_name(rel)
+    own = _layer(module)
+    if own is None or own not in LAYER_RANK:
+        return [] if own is None else [f"{rel}: {own} is not a known layer"]
+    problems = []
+    for line, target in _runtime_imports(source, _package_of(rel)):
+        dep = _layer(target)
+        if dep is None or dep == own or dep not in LAYER_RANK:
+            continue
+        if LAYER_RANK[dep] >= LAYER_RANK[own]:
+            problems.append(f"{rel}:{line}: {own} imports {target} ({dep} is not below it)")
+    return problems
+
+
+SYSTEM_SOURCES = [(rel, src) for rel, src in SOURCES if rel.startswith("flux_system/")]
+
+
+@pytest.mark.parametrize(("rel", "source"), SYSTEM_SOURCES, ids=[r for r, _ in SYSTEM_SOURCES])
+def test_subpackages_import_downwards_only(rel: str, source: str) -> None:
+    assert layer_problems(rel, source) == []
+
+
+def test_layer_rule_negative_control() -> None:
+    upward = "from flux_system.process._spawn import _build_spawn\n"
+    sideways = "import flux_system.net._guard\n"
+    hidden = "import typing\nif typing.TYPE_CHECKING:\n    from flux_system.process import System\n"
+    assert layer_problems("flux_system/workspace/_evil.py", upward) != []
+    assert layer_problems("flux_system/process/_evil.py", sideways) != []
+    assert layer_problems("flux_system/workspace/_evil.py", hidden) == []
+    assert (
+        layer_problems("flux_system/process/_ok.py", "from flux_system.workspace import _base\n")
+        == []
+    )
+
+
+def test_top_level_holds_only_the_package_root_and_the_error_tree() -> None:
+    top = {p.name for p in (ROOT / "flux_system").glob("*.py")}
+    assert top <= TOP_LEVEL_ALLOWED, sorted(top - TOP_LEVEL_ALLOWED)
+    subpackages = {p.name for p in (ROOT / "flux_system").iterdir() if (p / "__init__.py").exists()}
+    assert subpackages <= set(LAYER_RANK), sorted(subpackages - set(LAYER_RANK))
+
+
+def _import_cycles(sources: list[tuple[str, str]]) -> list[list[str]]:
+    modules = {_module_name(rel): (rel, src) for rel, src in sources}
+    graph: dict[str, set[str]] = {}
+    for name, (rel, src) in modules.items():
+        deps = set()
+        for _, target in _runtime_imports(src, _package_of(rel)):
+            # ``from pkg import name`` names a module when pkg.name is one.
+            while target and target not in modules:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                deps.add(target)
+        graph[name] = deps
+    # A package's __init__ importing its own modules is how re-export works; a module
+    # importing back up to its own package's __init__ is the circle to refuse.
+    cycles: list[list[str]] = []
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def dfs(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for dep in sorted(graph[node]):
+            if state.get(dep) == 1:
+                cycles.append([*stack[stack.index(dep) :], dep])
+            elif dep not in state:
+                dfs(dep)
+        stack.pop()
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            dfs(node)
+    return cycles
+
+
+def test_no_import_circles() -> None:
+    assert _import_cycles(SOURCES) == []
+
+
+def test_import_circle_negative_control() -> None:
+    fake = [
+        ("flux_system/workspace/_a.py", "from flux_system.workspace._b import x\n"),
+        ("flux_system/workspace/_b.py", "from flux_system.workspace import _a\n"),
+    ]
+    assert _import_cycles(fake) != []

@@ -8,7 +8,12 @@ import types
 import pytest
 
 PACKAGES = ["flux_system", "flux_policy", "flux_secret", "flux_evidence", "flux_runtime"]
-SUBPACKAGES = ["flux_system.net", "flux_system.lowlevel"]
+SUBPACKAGES = [
+    "flux_system.net",
+    "flux_system.process",
+    "flux_system.workspace",
+    "flux_system.lowlevel",
+]
 
 
 def _public_modules() -> list[str]:
@@ -37,3 +42,62 @@ def test_all_is_exact_public_surface(name: str) -> None:
         and attr not in {"annotations"}
     }
     assert public == set(exported)
+
+
+# The names ``flux_system`` exported before its modules moved into subpackages
+# (docs/decisions/0002): moving a file must never change what users import.
+FLUX_SYSTEM_NAMES = frozenset(
+    {
+        "ChildOutput",
+        "ChildStatus",
+        "ConfinementError",
+        "ConfinementReason",
+        "DEFAULT_ENV_ALLOWLIST",
+        "DEFAULT_OUTPUT_CAP",
+        "EgressDeniedError",
+        "EgressReason",
+        "FileInfo",
+        "FileKind",
+        "FluxSystemError",
+        "InvalidPathError",
+        "Limits",
+        "LineObserver",
+        "ManagedChild",
+        "NamedRoot",
+        "NotFoundError",
+        "PathEscapeError",
+        "PortError",
+        "PortReason",
+        "Privileges",
+        "ProcessError",
+        "ProcessReason",
+        "ProcessTimeoutError",
+        "RefusedError",
+        "RunResult",
+        "SandboxReason",
+        "SandboxUnavailableError",
+        "SpawnError",
+        "System",
+        "UnknownOutcomeError",
+        "UnreachableError",
+        "UnservedError",
+        "Workspace",
+        "WorkspaceError",
+        "WorkspaceReason",
+    }
+)
+
+
+def test_flux_system_surface_is_unchanged() -> None:
+    import flux_system
+
+    assert set(flux_system.__all__) == FLUX_SYSTEM_NAMES
+
+
+@pytest.mark.parametrize("sub", ["flux_system.process", "flux_system.workspace"])
+def test_subpackage_names_are_reexported_at_the_top(sub: str) -> None:
+    import flux_system
+
+    module = importlib.import_module(sub)
+    for name in module.__all__:
+        assert getattr(flux_system, name) is getattr(module, name), name

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from flux_system import System
-from flux_system._reap import cgroup_available
+from flux_system.process._reap import cgroup_available
 from tests._capabilities import require
-from tests.flux_system._process_support import PYTHON, REPO, make_ws
+from tests.flux_system.process._process_support import PYTHON, REPO, make_ws
 
 # Waits for a forked child: ``wait_child(pid)`` -> "exit N" / "signal N" / "hung".
 _PRELUDE = """
@@ -107,7 +107,7 @@ def test_locks_held_by_another_thread_at_fork_do_not_deadlock_a_new_system(
         """
         import ctypes, ctypes.util
         from flux_system import System, Workspace
-        from flux_system import _cgroup, _reap
+        from flux_system.process import _cgroup, _reap
         System(Workspace(pathlib.Path('.'))).run(['true'])  # the parent's base exists
         held, release = threading.Event(), threading.Event()
         def hold():

@@ -1,0 +1,199 @@
+"""A background child: bounded live output, status, kill, async wait."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from flux_system.process._drain import LineObserver, Ring
+from flux_system.process._run import Session, drive_sync
+from flux_system.process._spawn import Spawned
+
+__all__ = ["ChildOutput", "ChildStatus", "ManagedChild"]
+
+
+@typing.final
+@dataclass(frozen=True, slots=True)
+class ChildOutput:
+    """Output buffered since the previous :meth:`ManagedChild.read_output`.
+
+    ``*_dropped`` count the bytes lost, in total so far, because the bounded buffer
+    was full (the oldest bytes are dropped first).
+    """
+
+    stdout: bytes
+    stderr: bytes
+    stdout_dropped: int
+    stderr_dropped: int
+
+
+@typing.final
+@dataclass(frozen=True, slots=True)
+class ChildStatus:
+    """``running``, or the exit status (``exit_code == -N`` and ``signal == N`` if killed)."""
+
+    running: bool
+    exit_code: int | None
+    signal: int | None
+    timed_out: bool
+
+
+class _LockedRing:
+    __slots__ = ("lock", "ring")
+
+    def __init__(self, ring: Ring, lock: threading.Lock) -> None:
+        self.ring = ring
+        self.lock = lock
+
+    def read_from(self, fd: int) -> bool:
+        with self.lock:
+            return self.ring.read_from(fd)
+
+
+@typing.final
+class ManagedChild:
+    """A child running in the background, drained by a private thread.
+
+    Guarantee: its output is drained continuously into a bounded buffer (the child
+    never blocks on a full pipe); when it exits, is killed, times out, or its
+    :class:`System` closes, its whole tree is killed and reaped.
+    Not guaranteed: output beyond the buffer between two :meth:`read_output` calls is
+    dropped (counted, not kept). Created by :meth:`System.spawn`, not directly.
+    """
+
+    def __init__(
+        self,
+        sp: Spawned,
+        *,
+        stdin: bytes | None,
+        buffer_cap: int,
+        observer: LineObserver | None,
+        timeout: float | None,
+        on_done: Callable[[ManagedChild], None],
+    ) -> None:
+        self._lock = threading.Lock()
+        self._out = Ring("stdout", buffer_cap, observer)
+        self._err = Ring("stderr", buffer_cap, observer)
+        self._sess = Session(
+            sp, stdin, _LockedRing(self._out, self._lock), _LockedRing(self._err, self._lock)
+        )
+        self._sp = sp
+        self._code: int | None = None
+        self._timed_out = False
+        self._done = threading.Event()
+        self._callbacks: list[Callable[[], None]] = []
+        self._on_done = on_done
+        self._claimed = False  # whether the drain thread or abandon() finishes the child
+        self.error: BaseException | None = None
+        deadline = None if timeout is None else time.monotonic() + timeout
+        self._thread = threading.Thread(
+            target=self._drive, args=(deadline,), name=f"flux-child-{sp.pid}", daemon=True
+        )
+
+    @property
+    def pid(self) -> int:
+        return self._sp.pid
+
+    def _start(self) -> None:
+        """Start the drain thread (once); if that fails, kill and reap the tree, re-raise."""
+        try:
+            self._thread.start()
+        except BaseException:  # no thread (thread limit), or a signal while it started
+            self._abandon()
+            raise
+
+    def _abandon(self) -> None:
+        """Kill the tree; finish it here unless the drain thread already owns it.
+
+        For a child whose :meth:`_start` failed or was never called. Idempotent; either
+        way ``on_done`` runs exactly once (here or in the drain thread).
+        """
+        self._sp.tree.kill()
+        if self._claim():
+            self._end()
+
+    def _claim(self) -> bool:
+        with self._lock:
+            claimed, self._claimed = self._claimed, True
+        return not claimed
+
+    def _drive(self, deadline: float | None) -> None:
+        if not self._claim():  # abandoned before this thread ran: finished there
+            return
+        try:
+            if not drive_sync(self._sess, deadline):
+                self._timed_out = True
+                self._sess.kill()
+                self._sess.drain_after_kill()
+        except BaseException as exc:  # an observer raised: keep the error, kill the tree
+            self.error = exc
+            self._sess.kill()
+        finally:
+            self._end()
+
+    def _end(self) -> None:
+        self._code = self._sess.finish()
+        self._done.set()
+        with self._lock:
+            callbacks, self._callbacks = self._callbacks, []
+        for cb in callbacks:
+            cb()
+        self._on_done(self)
+
+    def read_output(self) -> ChildOutput:
+        """Take the output buffered since the previous call (never blocks)."""
+        with self._lock:
+            return ChildOutput(
+                self._out.take(), self._err.take(), self._out.dropped, self._err.dropped
+            )
+
+    def status(self) -> ChildStatus:
+        """Whether it is running, else how it ended."""
+        code = self._code if self._done.is_set() else None
+        if code is None:
+            return ChildStatus(True, None, None, timed_out=False)
+        return ChildStatus(False, code, -code if code < 0 else None, timed_out=self._timed_out)
+
+    def kill(self) -> None:
+        """SIGKILL the whole tree; the drain thread then reaps it (idempotent).
+
+        Guarantee: never signals a recycled pid or process group, by construction —
+        the leader is signalled through its pidfd, and it is reaped only after the
+        tree is marked closed under the lock this kill holds, so while the kill runs
+        the leader is at worst an unreaped zombie that still pins its pid and pgid;
+        a kill that comes after the reap does nothing.
+        """
+        self._sp.tree.kill()
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Block until the child is reaped; ``False`` if *timeout* passed first."""
+        return self._done.wait(timeout)
+
+    async def wait(self) -> int:
+        """Wait (asynchronously) until the child is reaped; return its exit code.
+
+        Cancelling the wait does not kill the child; call :meth:`kill` for that.
+        """
+        if not self._done.is_set():
+            loop = asyncio.get_running_loop()
+            fut: asyncio.Future[None] = loop.create_future()
+
+            def settle() -> None:
+                if not fut.done():
+                    fut.set_result(None)
+
+            def wake() -> None:
+                loop.call_soon_threadsafe(settle)
+
+            with self._lock:
+                registered = not self._done.is_set()
+                if registered:
+                    self._callbacks.append(wake)
+            if registered:
+                await fut
+        assert self._code is not None
+        return self._code

@@ -1,0 +1,293 @@
+"""The one private builder that creates processes (DESIGN §2.3; enforced by a test).
+
+Every mode goes through :func:`_build_spawn`. The default path runs no Python code
+between fork and exec (CPython then uses ``vfork``): the cwd is pinned by ``chdir``
+into ``/proc/self/fd/N`` of a directory fd opened beneath the workspace root (the child
+chdirs before it closes inherited fds), the process group, umask and uid/gid drop are
+done by ``_posixsubprocess`` itself. Only rlimits and ``no_new_privs`` need a
+``preexec_fn``, paid when asked.
+
+Guarantee: the child gets only fds 0/1/2 (``close_fds``), an environment built by
+:func:`flux_system.process._env.build_env` (the allow-listed part snapshotted when the
+``System`` was created) and :func:`~flux_system.process._env.over`, its own session and
+process group (``setsid``: no controlling terminal, so no ``/dev/tty`` and no ``TIOCSTI``
+into the caller's terminal) and (when the host allows) its own pids cgroup; an error
+leaves no process and no fd behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import signal
+import subprocess
+import threading
+import typing
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from flux_system._exceptions import ProcessError, ProcessReason, SpawnError
+from flux_system.process._cgroup import CgroupPool
+from flux_system.process._drain import devnull
+from flux_system.process._env import over, resolve_argv0
+from flux_system.process._limits import Limits, Privileges, make_preexec
+from flux_system.process._reap import Tree, ensure_subreaper
+
+__all__ = ["DirAuthority", "Spawned", "_build_spawn", "check_argv"]
+
+
+class DirAuthority(typing.Protocol):
+    """What the builder needs from a workspace: a directory fd opened beneath its root."""
+
+    def _open_dir_fd(self, path: str = ".") -> int: ...
+
+
+class SpawnSpec(NamedTuple):
+    """What to start (immutable; a tuple: built on every run's hot path)."""
+
+    argv: tuple[str, ...]
+    env: Mapping[str, str] | None
+    base_env: Mapping[str, str]  # the allow-listed snapshot; never modified
+    cwd: str
+    with_stdin: bool
+    limits: Limits | None
+    privileges: Privileges
+    cgroups: CgroupPool
+
+
+@typing.final
+@dataclass(slots=True)
+class Spawned:
+    """A started child: its Popen (for reaping), pidfd, tree and our pipe ends."""
+
+    popen: subprocess.Popen[bytes]
+    pidfd: int
+    tree: Tree
+    stdin_fd: int | None
+    stdin_probe: int | None  # our dup of the child's stdin read end: counts unread bytes
+    stdout_fd: int
+    stderr_fd: int
+    target: str
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def close_fds(self) -> None:
+        for fd in (self.stdin_fd, self.stdin_probe, self.stdout_fd, self.stderr_fd, self.pidfd):
+            if fd is not None and fd >= 0:
+                try:  # noqa: SIM105 - not contextlib.suppress: every run's hot path
+                    os.close(fd)
+                except OSError:
+                    pass
+        self.stdin_fd = self.stdin_probe = None
+        self.stdout_fd = self.stderr_fd = self.pidfd = -1
+
+
+def check_argv(argv: object) -> tuple[str, ...]:
+    """Validate *argv* at the public boundary: a non-empty sequence of ``str``."""
+    if isinstance(argv, (str, bytes, bytearray)):
+        raise TypeError(f"argv must be a sequence of str, not {type(argv).__name__}")
+    if not isinstance(argv, Sequence):
+        raise TypeError(f"argv must be a sequence of str, not {type(argv).__name__}")
+    items = tuple(argv)
+    if not all(isinstance(a, str) for a in items):
+        raise TypeError("argv must be a sequence of str")
+    if not items or not items[0]:
+        raise SpawnError("argv is empty", op="run", reason=ProcessReason.INVALID_ARGV)
+    joined = "".join(items)  # one pass each (code points never merge across items)
+    if "\0" in joined:
+        raise SpawnError(
+            "argv contains a NUL byte", op="run", target=None, reason=ProcessReason.INVALID_ARGV
+        )
+    try:  # what exec would do after the fork machinery is set up
+        os.fsencode(joined)
+        encodable = True
+    except UnicodeEncodeError:
+        encodable = False
+    if not encodable:  # raised outside the handler: no __context__ holding the argument
+        raise SpawnError(
+            "argv is not encodable", op="run", target=None, reason=ProcessReason.INVALID_ARGV
+        )
+    return items
+
+
+def _translate(exc: BaseException, target: str, cwd_link: str) -> ProcessError:
+    if isinstance(exc, OSError):
+        if exc.filename == cwd_link:
+            reason = ProcessReason.BAD_CWD
+        elif exc.errno == errno.ENOENT:
+            reason = ProcessReason.NOT_FOUND
+        elif exc.errno in (errno.EACCES, errno.ENOEXEC, errno.EISDIR):
+            reason = ProcessReason.NOT_EXECUTABLE
+        else:
+            reason = ProcessReason.SPAWN_FAILED
+        return SpawnError(f"spawn failed: {exc.strerror}", op="run", target=target, reason=reason)
+    # Only the preexec_fn raises in the child, and it only applies limits.
+    return SpawnError(
+        "a requested limit could not be applied in the child",
+        op="run",
+        target=target,
+        reason=ProcessReason.LIMIT_UNENFORCEABLE,
+    )
+
+
+_SPAWN_FAILED = ProcessReason.SPAWN_FAILED
+
+
+def _no_survivor(tree: Tree, popen: subprocess.Popen[bytes], pidfd: int) -> int:
+    """After a failed spawn: kill and reap the child if one was forked; return *pidfd*.
+
+    Popen reaps a child whose exec failed. Any other exception after the fork (a
+    signal: ``KeyboardInterrupt``) leaves it running; when it came before Popen stored
+    the pid (right after ``fork_exec`` returned), the pid is found as our direct child
+    in the tree's cgroup. Not guaranteed without a cgroup: a lost pid stays lost.
+    """
+    pid: int | None = getattr(popen, "pid", None)
+    lost = pid is None
+    if pid is None:
+        found = tree.our_members()
+        if not found:
+            return pidfd
+        pid = found[0]
+    elif popen.returncode is not None:
+        return pidfd
+    if pidfd < 0:  # pins the leader (our unreaped child) for the kill
+        with contextlib.suppress(OSError):
+            pidfd = os.pidfd_open(pid)
+    tree.started(pid, pidfd)
+    tree.kill()
+    lost_pid = pid
+    tree.reap((lambda: os.waitpid(lost_pid, 0)[1]) if lost else popen.wait)
+    return pidfd
+
+
+def _build_spawn(spec: SpawnSpec, ws: DirAuthority) -> Spawned:
+    """Create the child described by *spec*, with its cwd pinned beneath *ws*.
+
+    Raises:
+        SpawnError: not found, not executable, bad cwd, limit unenforceable, other.
+        ConfinementError, WorkspaceError: the cwd was refused by the workspace.
+    """
+    target = spec.argv[0]
+    if signal.getsignal(signal.SIGCHLD) == signal.SIG_IGN:
+        # The kernel would reap every child at once: its exit status would be lost (a
+        # failure read as exit 0) and pidfd_open could miss it. Also inherited through
+        # exec from a parent that ignores SIGCHLD. Not seen: SA_NOCLDWAIT set from C.
+        raise SpawnError(
+            "SIGCHLD is ignored in this process: exit statuses would be lost",
+            op="run",
+            target=target,
+            reason=ProcessReason.STATUS_UNAVAILABLE,
+        )
+    env = over(spec.base_env, spec.env)
+    executable = resolve_argv0(target, env)
+    limits = spec.limits
+    priv = spec.privileges
+    child_uid = priv.uid if priv.uid is not None else os.geteuid()
+    nproc = limits.nproc if limits is not None else None
+    ensure_subreaper()
+    tree = Tree(spec.cgroups, nproc=nproc)
+    if nproc is not None and child_uid == 0 and not tree.contained:
+        tree.release()
+        raise SpawnError(
+            "a process limit cannot be enforced for a root child without a pids cgroup",
+            op="run",
+            target=target,
+            reason=ProcessReason.LIMIT_UNENFORCEABLE,
+        )
+    preexec = make_preexec(
+        limits.rlimits() if limits is not None else (), no_new_privs=priv.no_new_privs
+    )
+    ours: list[int] = []
+    theirs: list[int] = []
+    cwd_fd = -1
+    pidfd = -1
+    probe: int | None = None
+    # Made before its __init__ runs: a signal (KeyboardInterrupt) raised out of Popen's
+    # constructor after the fork (its wait for the exec) still leaves us the child's pid.
+    popen: subprocess.Popen[bytes] = subprocess.Popen.__new__(subprocess.Popen)
+    try:
+        cwd_fd = ws._open_dir_fd(spec.cwd)
+        try:
+            if cwd_fd < 3:  # 0-2 closed in this process: the child's dup2 would clobber it
+                low, cwd_fd = cwd_fd, fcntl.fcntl(cwd_fd, fcntl.F_DUPFD_CLOEXEC, 3)
+                os.close(low)
+            if spec.with_stdin:
+                r, w = os.pipe2(os.O_CLOEXEC)
+                theirs.append(r)
+                ours.append(w)
+                probe = os.dup(r)  # O_CLOEXEC by default
+            out_r, out_w = os.pipe2(os.O_CLOEXEC)
+            ours.append(out_r)
+            theirs.append(out_w)
+            err_r, err_w = os.pipe2(os.O_CLOEXEC)
+            ours.append(err_r)
+            theirs.append(err_w)
+        except OSError as exc:  # EMFILE/ENFILE: out of fds
+            raise SpawnError(
+                f"spawn failed: {exc.strerror}", op="run", target=target, reason=_SPAWN_FAILED
+            ) from exc
+        cwd_link = f"/proc/self/fd/{cwd_fd}"
+        tid = b"%d" % threading.get_native_id()
+        tree.enter(tid)  # this thread joins the tree's cgroup: the child is born inside
+        try:
+            try:
+                subprocess.Popen.__init__(
+                    popen,
+                    spec.argv,
+                    executable=executable,
+                    stdin=theirs[0] if spec.with_stdin else devnull(),
+                    stdout=out_w,
+                    stderr=err_w,
+                    cwd=cwd_link,
+                    env=env,
+                    close_fds=True,
+                    start_new_session=True,  # own group, and no controlling terminal
+                    umask=priv.umask if priv.umask is not None else -1,
+                    user=priv.uid,
+                    group=priv.gid,
+                    extra_groups=[] if priv.uid is not None or priv.gid is not None else None,
+                    preexec_fn=preexec,  # only for limits; no locks taken
+                )
+            except (OSError, subprocess.SubprocessError) as exc:
+                raise _translate(exc, target, cwd_link) from exc
+        finally:
+            tree.leave(tid)
+        try:
+            pidfd = os.pidfd_open(popen.pid)
+        except OSError as exc:  # pragma: no cover - pidfd_open on a just-forked child
+            raise SpawnError(
+                "pidfd_open failed", op="run", target=target, reason=_SPAWN_FAILED
+            ) from exc
+        tree.started(popen.pid, pidfd)
+        for fd in ours:
+            os.set_blocking(fd, False)
+        return Spawned(
+            popen=popen,
+            pidfd=pidfd,
+            tree=tree,
+            stdin_fd=ours[0] if spec.with_stdin else None,
+            stdin_probe=probe,
+            stdout_fd=out_r,
+            stderr_fd=err_r,
+            target=target,
+        )
+    except BaseException:
+        for fd in ours:
+            os.close(fd)
+        if probe is not None:
+            os.close(probe)
+        pidfd = _no_survivor(tree, popen, pidfd)
+        if pidfd >= 0:
+            os.close(pidfd)
+        tree.release()
+        raise
+    finally:
+        for fd in theirs:
+            os.close(fd)
+        if cwd_fd >= 0:
+            os.close(cwd_fd)

@@ -1,0 +1,165 @@
+"""Per-tree pids cgroups: nothing left behind, nested cgroups contained, reuse only empty."""
+
+from __future__ import annotations
+
+import gc
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from flux_system import ProcessTimeoutError, System
+from flux_system.process._reap import cgroup_available
+from tests._capabilities import require
+from tests.flux_system.process._process_support import PYTHON, REPO, make_ws, procs, survivors
+
+PIDS = "/sys/fs/cgroup/pids"
+
+
+def _base() -> str:
+    """This process's ``flux-<pid>`` cgroup (which may or may not exist)."""
+    with open("/proc/self/cgroup", encoding="ascii") as fh:
+        rel = next(ln.split(":", 2)[2].strip() for ln in fh if ln.split(":")[1] == "pids")
+    return os.path.join(PIDS, rel.lstrip("/"), f"flux-{os.getpid()}")
+
+
+def _subdirs(path: str) -> list[str]:
+    found: list[str] = []
+    for here, dirs, _ in os.walk(path):
+        found.extend(os.path.join(here, d) for d in dirs)
+    return found
+
+
+def _nested(base: str) -> list[str]:
+    """Cgroups below a tree cgroup of *base* (tree cgroups themselves are flat)."""
+    return [d for d in _subdirs(base) if os.path.dirname(d) != base]
+
+
+@pytest.fixture
+def contained() -> Iterator[None]:
+    require(cgroup_available(), "a writable pids cgroup (v1) for tree containment")
+    gc.collect()  # Systems other tests dropped without close() release theirs
+    yield
+
+
+def test_close_leaves_no_cgroup(tmp_path: Path, contained: None) -> None:
+    base = _base()
+    with System(make_ws(tmp_path)) as s:
+        s.run(["true"])
+        s.run(["sh", "-c", "sleep 0.01 & sleep 0.01 & wait"])
+        child = s.spawn(["sleep", "60"])
+        assert os.path.isdir(base) and _subdirs(base)  # the check below can fail
+        child.kill()
+        child.join()
+    assert not os.path.exists(base)
+
+
+def test_nested_flux_killed_by_timeout_leaves_no_cgroup(tmp_path: Path, contained: None) -> None:
+    # A child that is itself a flux process makes cgroups below its tree's; SIGKILLed
+    # on timeout, it cannot remove them: the outer System must.
+    code = (
+        "import sys, time, pathlib\n"
+        f"sys.path.insert(0, {REPO!r})\n"
+        "from tests.flux_system.process._process_support import make_ws\n"
+        "from flux_system import System\n"
+        "s = System(make_ws(pathlib.Path('.')))\n"
+        "c = s.spawn(['sh', '-c', 'setsid sleep 60 & echo $!; sleep 60'])\n"
+        "out = b''\n"
+        "while not out.endswith(b'\\n'): out += c.read_output().stdout; time.sleep(0.01)\n"
+        "print(out.decode().strip(), flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    lines: list[bytes] = []
+    got = threading.Event()
+
+    def observe(stream: str, line: bytes) -> None:
+        if stream == "stdout":
+            lines.append(line)
+            got.set()
+
+    base = _base()
+    with System(make_ws(tmp_path)) as s:
+        with pytest.raises(ProcessTimeoutError):
+            s.run([PYTHON, "-c", code], timeout=3.0, observer=observe)
+        assert got.is_set(), "the nested System did not start its child"
+        assert _nested(base) == []
+    assert survivors(procs([int(lines[0])])) == []
+    assert not os.path.exists(base)
+
+
+def test_interpreter_exit_kills_children_before_removing_cgroups(
+    tmp_path: Path, contained: None
+) -> None:
+    # The nested flux process exits with a child still running: its exit hook must
+    # kill and reap that child first, then remove its cgroups (the other order leaves
+    # them busy, hence behind, below this tree's cgroup).
+    code = (
+        "import sys, pathlib\n"
+        f"sys.path.insert(0, {REPO!r})\n"
+        "from tests.flux_system.process._process_support import make_ws\n"
+        "from flux_system import System\n"
+        "s = System(make_ws(pathlib.Path('.')))\n"
+        "c = s.spawn(['sleep', '60'])\n"
+        "print(c.pid, flush=True)\n"
+    )
+    base = _base()
+    with System(make_ws(tmp_path)) as s:
+        result = s.run([PYTHON, "-c", code], timeout=30)
+        assert result.exit_code == 0, result.stderr_text
+        assert survivors(procs([int(result.stdout)])) == []
+        assert _nested(base) == []
+    assert not os.path.exists(base)
+
+
+def test_member_hiding_in_nested_cgroup_is_killed(tmp_path: Path, contained: None) -> None:
+    # A root child moves a setsid'd grandchild into a cgroup below its own: the tree's
+    # kill walks nested cgroups, so it dies with the tree and the cgroup goes too.
+    script = (
+        'cg=/sys/fs/cgroup/pids$(grep ":pids:" /proc/self/cgroup | cut -d: -f3); '
+        'mkdir "$cg/hide"; '
+        'setsid sh -c \'echo $$ > "$1/hide/cgroup.procs"; exec sleep 60\' sh "$cg" '
+        ">/dev/null 2>&1 & echo $!; "
+        'while [ -z "$(cat "$cg/hide/cgroup.procs")" ]; do sleep 0.01; done'
+    )
+    base = _base()
+    with System(make_ws(tmp_path)) as s:
+        result = s.run(["sh", "-c", script], timeout=30)
+        assert result.exit_code == 0, result.stderr_text
+        watched = procs([int(result.stdout)])
+        assert survivors(watched) == []
+        assert _nested(base) == []
+    assert not os.path.exists(base)
+
+
+def test_reused_cgroup_never_holds_a_previous_tree(tmp_path: Path, contained: None) -> None:
+    # Runs one after another reuse pooled cgroups; a tree that left a process behind
+    # (killed on exit) or a zombie must not share its cgroup with the next tree.
+    with System(make_ws(tmp_path)) as s:
+        for _ in range(20):
+            result = s.run(["sh", "-c", "sleep 60 & grep :pids: /proc/self/cgroup"])
+            path = PIDS + result.stdout.decode().strip().split(":", 2)[2]
+            assert os.path.isdir(path)
+            with open(os.path.join(path, "pids.current"), encoding="ascii") as fh:
+                assert fh.read().strip() == "0"
+
+
+def test_kill_racing_the_exit_is_safe(tmp_path: Path) -> None:
+    # kill() from another thread while the child exits and is reaped: every status is
+    # either the natural exit or SIGKILL, and a kill after the reap does nothing.
+    with System(make_ws(tmp_path)) as s:
+        end = time.monotonic() + 1.0
+        codes: set[int] = set()
+        while time.monotonic() < end:
+            child = s.spawn(["true"])
+            killer = threading.Thread(target=child.kill)
+            killer.start()
+            child.join()
+            killer.join()
+            child.kill()
+            code = child.status().exit_code
+            assert code is not None
+            codes.add(code)
+        assert codes <= {0, -9}
