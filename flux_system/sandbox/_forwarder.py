@@ -8,19 +8,23 @@ proxy's Unix socket bound in at :data:`SANDBOX_SOCKET`. It decides nothing — e
 decision is the host proxy's — and it dies with the sandbox's process tree (it lives
 in the sandbox's pid namespace, whose init takes it down).
 
-This module creates no process: the launcher forks, then calls :func:`serve`.
+This module creates no process: the launcher forks, then calls :func:`serve`. Like
+the launcher it imports nothing from flux, so it can be loaded by file path inside the
+sandbox; its one sibling, ``_proxy_relay.py`` (standard library only), is loaded the
+same way when the package is not importable there.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import importlib.util
+import os
 import socket
 import threading
 import time
-from typing import Final
-
-from flux_system.sandbox._proxy_relay import relay
+from collections.abc import Callable
+from typing import Any, Final
 
 __all__ = [
     "FORWARDER_PORT",
@@ -33,11 +37,29 @@ __all__ = [
 #: The port the forwarder listens on inside the sandbox (its netns is private: no clash).
 FORWARDER_PORT: Final = 3128
 #: Where the host proxy's socket is bound inside the sandbox.
-SANDBOX_SOCKET: Final = "/run/flux/egress-proxy.sock"
+SANDBOX_SOCKET: Final = "/run/flux-proxy/egress.sock"
 _MAX_CONNECTIONS: Final = 64  # concurrent relays; the host proxy bounds them again
 _IDLE_TIMEOUT: Final = 600.0  # generous: the host proxy's idle timeout is the real bound
 _PROXY_VARS: Final = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")
 _FATAL: Final = frozenset({errno.EBADF, errno.EINVAL, errno.ENOTSOCK})
+
+
+def _relay() -> Callable[..., None]:
+    """``_proxy_relay.relay``: from the package when importable, else the sibling file."""
+    try:
+        from flux_system.sandbox import _proxy_relay
+
+        return _proxy_relay.relay
+    except ImportError:
+        pass
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_proxy_relay.py")
+    spec = importlib.util.spec_from_file_location("_flux_proxy_relay", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module: Any = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    relay: Callable[..., None] = module.relay
+    return relay
 
 
 def proxy_environment(port: int = FORWARDER_PORT) -> dict[str, str]:
@@ -71,7 +93,12 @@ def bind_listener(port: int = FORWARDER_PORT) -> socket.socket:
     return listener
 
 
-def _carry(client: socket.socket, upstream_path: str, slots: threading.Semaphore) -> None:
+def _carry(
+    client: socket.socket,
+    upstream_path: str,
+    slots: threading.Semaphore,
+    relay: Callable[..., None],
+) -> None:
     try:
         with client, socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as upstream:
             upstream.connect(upstream_path)
@@ -90,6 +117,7 @@ def serve(listener: socket.socket, upstream_path: str = SANDBOX_SOCKET) -> None:
     Returns only when the listener itself is unusable; otherwise the forwarder ends
     when its pid namespace does.
     """
+    relay = _relay()
     slots = threading.BoundedSemaphore(_MAX_CONNECTIONS)
     while True:
         slots.acquire()
@@ -101,7 +129,9 @@ def serve(listener: socket.socket, upstream_path: str = SANDBOX_SOCKET) -> None:
                 return
             time.sleep(0.05)  # out of descriptors or a transient error: do not spin
             continue
-        thread = threading.Thread(target=_carry, args=(client, upstream_path, slots), daemon=True)
+        thread = threading.Thread(
+            target=_carry, args=(client, upstream_path, slots, relay), daemon=True
+        )
         try:
             thread.start()
         except RuntimeError:  # cannot start a thread (limits): drop this one

@@ -80,8 +80,11 @@ def relay(
     peer's behaviour. Not guaranteed: that the sockets are closed — the caller owns
     them (and shuts them down from another thread to end a relay early).
     """
-    left.setblocking(False)
-    right.setblocking(False)
+    for sock in (left, right):
+        sock.setblocking(False)
+        if sock.family in (socket.AF_INET, socket.AF_INET6):
+            with contextlib.suppress(OSError):  # relayed writes go out at once
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     directions = (_Direction(left, right, to_right), _Direction(right, left, to_left))
     poller = select.poll()
     lfd, rfd = left.fileno(), right.fileno()

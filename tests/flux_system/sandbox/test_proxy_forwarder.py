@@ -6,13 +6,17 @@ from __future__ import annotations
 import contextlib
 import socket
 import ssl
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
 import trustme
 
+import flux_system.sandbox._forwarder as fw
 from flux_system.net import StaticResolver
 from flux_system.sandbox._forwarder import bind_listener, proxy_environment, serve
 from flux_system.sandbox._proxy import EgressProxy, ProxySettings
@@ -94,3 +98,18 @@ def test_proxy_environment_points_every_variable_at_the_forwarder() -> None:
     for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy"):
         assert env[name] == "http://127.0.0.1:3128"
     assert env["NO_PROXY"] == env["no_proxy"] == ""
+
+
+def test_forwarder_loads_by_file_path_without_the_flux_package() -> None:
+    """Inside the sandbox the launcher loads it by path; flux may not be importable there."""
+    code = (
+        "import sys, importlib.util\n"
+        "sys.modules['flux_system'] = None  # importing flux now fails\n"
+        f"spec = importlib.util.spec_from_file_location('fw', {str(Path(fw.__file__))!r})\n"
+        "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+        "print(m._relay().__module__)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert out.stdout.strip() == "_flux_proxy_relay"
