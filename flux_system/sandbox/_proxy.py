@@ -140,7 +140,10 @@ class EgressProxy:
     connections, idle time per connection.
     Not guaranteed: anything about the bytes inside a CONNECT tunnel (TLS is the
     client's and server's business); HTTP keep-alive (one request per plain-HTTP
-    connection: upstream is asked to close).
+    connection: upstream is asked to close, and nothing the client sends after the
+    declared body is forwarded, so a second request cannot ride along to the vetted
+    host with another ``Host``); chunked request bodies on plain HTTP (refused: use
+    HTTPS, i.e. CONNECT).
 
     Raises (constructor): TypeError, ValueError for bad settings.
     """
@@ -407,14 +410,21 @@ class EgressProxy:
                 client, ProxyDenial(head.method, host, url.port, "https_requires_connect", 400)
             )
             return None
+        if head.values("transfer-encoding"):
+            self._refuse(client, ProxyDenial(head.method, host, url.port, "bad_request", 400))
+            return None  # unframed bodies are not carried: the body is relayed by length
+        lengths = head.values("content-length")
+        length = int(lengths[0]) if lengths else 0
         upstream = self._dial(client, head.method, host, url.port)
         if upstream is None:
             return None
+        body = rest[:length]
         relay(
             client,
             upstream,
             idle_timeout=self._settings.idle_timeout,
-            to_right=_origin_head(head, url.target, _authority(host, url.port)) + rest,
+            to_right=_origin_head(head, url.target, _authority(host, url.port)) + body,
+            right_budget=length - len(body),
         )
         return upstream
 

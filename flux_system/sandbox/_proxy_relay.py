@@ -21,12 +21,15 @@ _ERRORS: Final = select.POLLERR | select.POLLHUP | select.POLLNVAL
 
 
 class _Direction:
-    __slots__ = ("buf", "done", "dst", "eof", "src")
+    __slots__ = ("budget", "buf", "done", "dst", "eof", "src")
 
-    def __init__(self, src: socket.socket, dst: socket.socket, pending: bytes) -> None:
+    def __init__(
+        self, src: socket.socket, dst: socket.socket, pending: bytes, budget: int | None
+    ) -> None:
         self.src = src
         self.dst = dst
         self.buf = bytearray(pending)
+        self.budget = budget  # bytes still to be read from src (None: until EOF)
         self.eof = False
         self.done = False
 
@@ -45,19 +48,24 @@ class _Direction:
             moved = sent > 0
         if self.buf:
             return moved
+        if self.budget == 0:
+            self.done = True  # everything allowed has gone out; later bytes stay unread
+            return True
         if self.eof:
             with contextlib.suppress(OSError):  # the other side may be gone already
                 self.dst.shutdown(socket.SHUT_WR)
             self.done = True
             return True
         try:
-            data = self.src.recv(CHUNK)
+            data = self.src.recv(CHUNK if self.budget is None else min(CHUNK, self.budget))
         except BlockingIOError:
             return moved
         if not data:
             self.eof = True
         else:
             self.buf += data
+            if self.budget is not None:
+                self.budget -= len(data)
         return True
 
 
@@ -68,11 +76,14 @@ def relay(
     idle_timeout: float,
     to_right: bytes = b"",
     to_left: bytes = b"",
+    right_budget: int | None = None,
 ) -> None:
     """Copy ``left → right`` and ``right → left`` until both directions have ended.
 
     *to_right* / *to_left* are bytes already read that go out first (a request head
-    rewritten by the proxy, bytes that arrived behind a CONNECT head).
+    rewritten by the proxy, bytes that arrived behind a CONNECT head). With
+    *right_budget*, at most that many more bytes are read from *left* (a request
+    body's declared length); what *left* sends beyond it is never read nor forwarded.
 
     Guarantee: at most :data:`CHUNK` bytes are buffered per direction; returns when
     both sides have finished sending (each EOF is passed on as a half-close), when a
@@ -85,7 +96,10 @@ def relay(
         if sock.family in (socket.AF_INET, socket.AF_INET6):
             with contextlib.suppress(OSError):  # relayed writes go out at once
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    directions = (_Direction(left, right, to_right), _Direction(right, left, to_left))
+    directions = (
+        _Direction(left, right, to_right, right_budget),
+        _Direction(right, left, to_left, None),
+    )
     poller = select.poll()
     lfd, rfd = left.fileno(), right.fileno()
     wait_ms = max(1, int(idle_timeout * 1000))

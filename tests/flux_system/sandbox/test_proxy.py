@@ -6,8 +6,10 @@ lacked succeeds, so a refusal is the guard's doing and not a broken set-up.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import ssl
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -313,3 +315,83 @@ def test_settings_are_validated() -> None:
         EgressProxy(ProxySettings(max_connections=0))
     with pytest.raises(TypeError):
         EgressProxy(object())  # type: ignore[arg-type]
+
+
+# --- plain HTTP bodies: relayed by declared length, nothing after it ----------------------
+
+
+@contextlib.contextmanager
+def _keepalive_server() -> Iterator[tuple[int, list[bytes]]]:
+    """A raw server that answers every head it reads (ignoring ``Connection: close``)
+    and records every byte; it closes after 1 s without input (its own hang guard)."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(4)
+    received: list[bytes] = []
+
+    def serve() -> None:
+        conn, _ = srv.accept()
+        with conn:
+            conn.settimeout(1.0)
+            data = b""
+            while True:
+                try:
+                    chunk = conn.recv(65536)
+                except TimeoutError:
+                    break
+                if not chunk:
+                    break
+                data += chunk
+                while b"\r\n\r\n" in data:
+                    head, data = data.split(b"\r\n\r\n", 1)
+                    length = 0
+                    for line in head.split(b"\r\n")[1:]:
+                        if line.lower().startswith(b"content-length:"):
+                            length = int(line.split(b":")[1])
+                    while len(data) < length:
+                        data += conn.recv(65536)
+                    received.append(head + b"\r\n\r\n" + data[:length])
+                    data = data[length:]
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield int(srv.getsockname()[1]), received
+    finally:
+        thread.join(10)
+        srv.close()
+
+
+def test_second_request_cannot_ride_along_with_another_host() -> None:
+    with _keepalive_server() as (port, received):
+        with _proxy(("api.flux.test",), port) as proxy, connect_unix(proxy.socket_path) as s:
+            s.sendall(
+                f"GET http://api.flux.test:{port}/a HTTP/1.1\r\nHost: api.flux.test\r\n\r\n"
+                "GET /internal HTTP/1.1\r\nHost: evil.internal\r\n\r\n".encode()
+            )
+            answer = read_answer(s)
+    assert answer.status == 200
+    assert len(received) == 1
+    assert b"evil.internal" not in b"".join(received)
+
+
+def test_request_body_is_relayed_by_its_length() -> None:
+    with _keepalive_server() as (port, received):
+        with _proxy(("api.flux.test",), port) as proxy, connect_unix(proxy.socket_path) as s:
+            s.sendall(
+                f"POST http://api.flux.test:{port}/p HTTP/1.1\r\nContent-Length: 5\r\n\r\n"
+                "hello"
+                "GET /smuggled HTTP/1.1\r\n\r\n".encode()
+            )
+            assert read_answer(s).status == 200
+    [got] = received
+    assert got.startswith(b"POST /p HTTP/1.1\r\nHost: api.flux.test:")
+    assert got.endswith(b"\r\n\r\nhello")
+
+
+def test_chunked_request_body_on_plain_http_is_refused() -> None:
+    raw = b"POST http://api.flux.test/p HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
+    with _proxy(("api.flux.test",), 80) as proxy, connect_unix(proxy.socket_path) as s:
+        answer = request(s, raw)
+    assert (answer.status, answer.headers["x-flux-denied"]) == (400, "bad_request")
