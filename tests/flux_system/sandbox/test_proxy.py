@@ -7,8 +7,11 @@ lacked succeeds, so a refusal is the guard's doing and not a broken set-up.
 from __future__ import annotations
 
 import contextlib
+import os
+import shutil
 import socket
 import ssl
+import subprocess
 import threading
 from collections.abc import Iterator
 
@@ -17,6 +20,7 @@ import trustme
 
 from flux_system.net import DnsResolver, StaticResolver
 from flux_system.sandbox._proxy import EgressProxy, ProxyDenial, ProxySettings
+from tests._capabilities import require
 from tests.flux_system.net._servers import FlipDnsServer, Handler, LoopbackHTTP
 from tests.flux_system.sandbox._proxy_client import (
     connect_tunnel,
@@ -395,3 +399,35 @@ def test_chunked_request_body_on_plain_http_is_refused() -> None:
     with _proxy(("api.flux.test",), 80) as proxy, connect_unix(proxy.socket_path) as s:
         answer = request(s, raw)
     assert (answer.status, answer.headers["x-flux-denied"]) == (400, "bad_request")
+
+
+PEER_CLIENT = """
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.settimeout(10)
+s.connect(sys.argv[1])
+try:
+    s.sendall(("CONNECT api.flux.test:%s HTTP/1.1\\r\\n\\r\\n" % sys.argv[2]).encode())
+except BrokenPipeError:
+    pass  # refused at accept: the answer is already waiting
+print(s.recv(4096).split(b"\\r\\n")[0].decode())
+"""
+
+
+def test_peer_with_another_uid_is_refused(http: LoopbackHTTP) -> None:
+    require(os.geteuid() == 0 and shutil.which("setpriv") is not None, "root and setpriv")
+    with _proxy(("api.flux.test",), http.port) as proxy:
+        os.chmod(os.path.dirname(proxy.socket_path), 0o711)  # let uid 65534 reach the socket
+        os.chmod(proxy.socket_path, 0o777)
+        argv = ["/usr/bin/python3", "-I", "-c", PEER_CLIENT, proxy.socket_path, str(http.port)]
+        other = subprocess.run(
+            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *argv],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        same = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True)
+    assert other.stdout.strip() == "HTTP/1.1 403 Forbidden"
+    assert same.stdout.strip() == "HTTP/1.1 200 Connection established"  # positive control
+    assert [d.reason for d in proxy.denials()] == ["peer"]
