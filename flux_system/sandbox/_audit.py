@@ -80,6 +80,7 @@ DEFAULT_PROTECTED_PATHS: Final = (
 )
 MAX_AUDIT_RECORDS: Final = 1000  # records kept per report; later ones are only counted
 _MAX_SIBLINGS: Final = 4096  # entries searched for a renamed-away protected parent
+_MARKS: Final = 16  # entries of a parent recorded to recognise it (inode numbers are reused)
 _WRITABLE: Final = 0o700  # owner bits a directory needs while its entries are restored
 
 
@@ -136,12 +137,13 @@ class AuditReport:
 class _Entry:
     """The plan: one name to capture, with the deeper names of protected paths."""
 
-    __slots__ = ("before", "children", "protected")
+    __slots__ = ("before", "children", "marks", "protected")
 
     def __init__(self) -> None:
         self.protected = False
         self.before: Node | None = None
         self.children: dict[str, _Entry] = {}
+        self.marks: frozenset[tuple[str, int]] = frozenset()  # a parent's (name, inode)s
 
 
 def _components(path: object) -> tuple[str, ...]:
@@ -287,12 +289,25 @@ def _capture_level(dirfd: int, level: dict[str, _Entry], prefix: str, budget: Bu
             raise TreeError("vanished while captured", path)
         try:
             fd = open_dir(dirfd, name, st)
+            entry.marks = _marks(fd)
         except OSError as exc:
             raise TreeError(exc.strerror or "unreadable", path) from exc
         try:
             _capture_level(fd, entry.children, f"{path}/", budget)
         finally:
             os.close(fd)
+
+
+def _marks(fd: int) -> frozenset[tuple[str, int]]:
+    """A few ``(name, inode)`` of a directory's entries: with its own inode, what makes
+    a renamed-away parent recognisable (a new directory may get a freed inode number,
+    not the same entries)."""
+    marks = []
+    for name in sorted(os.listdir(fd))[:_MARKS]:
+        st = lstat_or_none(fd, name)
+        if st is not None:
+            marks.append((name, st.st_ino))
+    return frozenset(marks)
 
 
 class _Out:
@@ -334,10 +349,12 @@ def _check_level(dirfd: int, level: dict[str, _Entry], prefix: str, out: _Out) -
         if entry.protected:
             _compare(dirfd, name, entry.before, path, out)
         else:
-            _check_parent(dirfd, name, entry, path, out)
+            _check_parent(dirfd, name, entry, path, out, siblings=level.keys())
 
 
-def _check_parent(dirfd: int, name: str, entry: _Entry, path: str, out: _Out) -> None:
+def _check_parent(
+    dirfd: int, name: str, entry: _Entry, path: str, out: _Out, *, siblings: Iterable[str]
+) -> None:
     """A parent of protected paths: only its identity matters, then its protected names."""
     before = entry.before
     cur = lstat_or_none(dirfd, name)
@@ -347,7 +364,7 @@ def _check_parent(dirfd: int, name: str, entry: _Entry, path: str, out: _Out) ->
             return
     elif cur is None or not stat.S_ISDIR(cur.st_mode) or _ident(cur) != before.ident:
         change = AuditChange.DELETED if cur is None else AuditChange.REPLACED
-        restored = out.restore and _attempt(_put_parent_back, dirfd, name, before, cur)
+        restored = out.restore and _attempt(_put_parent_back, dirfd, name, entry, cur, siblings)
         out.add(path, change, before.kind, cur, restored)
         cur = lstat_or_none(dirfd, name)
         if cur is None or not stat.S_ISDIR(cur.st_mode):
@@ -367,22 +384,51 @@ def _ident(st: os.stat_result) -> tuple[int, int]:
     return (st.st_dev, st.st_ino)
 
 
-def _put_parent_back(dirfd: int, name: str, before: Node, cur: os.stat_result | None) -> None:
-    """Bring back the parent directory renamed away, else make it again (emptied)."""
+def _put_parent_back(
+    dirfd: int, name: str, entry: _Entry, cur: os.stat_result | None, level: Iterable[str]
+) -> None:
+    """Bring back the parent directory renamed away, else make it again (emptied).
+
+    The original is a sibling with its inode and, when it had entries, at least one
+    of its recorded ``(name, inode)`` marks; names the audit itself handles at this
+    level are never candidates.
+    """
+    before = entry.before
+    assert before is not None
     original = None
+    planned = set(level)
     for index, sibling in enumerate(os.listdir(dirfd)):
         if index >= _MAX_SIBLINGS:
             break
         st = lstat_or_none(dirfd, sibling)
-        if sibling != name and st is not None and _ident(st) == before.ident:
-            original = sibling
-            break
+        if sibling in planned or st is None or _ident(st) != before.ident:
+            continue
+        if not stat.S_ISDIR(st.st_mode) or (
+            entry.marks and not _has_mark(dirfd, sibling, st, entry)
+        ):
+            continue
+        original = sibling
+        break
     if cur is not None:
         remove_name(dirfd, name)
     if original is not None:
         os.rename(original, name, src_dir_fd=dirfd, dst_dir_fd=dirfd)
     else:
         make_dir(dirfd, name, before.mode)
+
+
+def _has_mark(dirfd: int, name: str, st: os.stat_result, entry: _Entry) -> bool:
+    try:
+        fd = open_dir(dirfd, name, st)
+    except OSError:
+        return False
+    try:
+        return any(
+            (found := lstat_or_none(fd, mark)) is not None and found.st_ino == ino
+            for mark, ino in entry.marks
+        )
+    finally:
+        os.close(fd)
 
 
 def _compare(dirfd: int, name: str, before: Node | None, path: str, out: _Out) -> None:

@@ -1,0 +1,86 @@
+"""One sandboxed run's egress proxy: :class:`ProxyRun` (what the backend wires in).
+
+For network mode ``proxy`` the bubblewrap backend, per launch: starts a
+:class:`ProxyRun` (the host proxy, on its own socket), adds :attr:`ProxyRun.bwrap_args`
+(the socket bound at :data:`SANDBOX_SOCKET`), merges :attr:`ProxyRun.env` into the
+command's environment, has the in-sandbox launcher start the forwarder
+(``--forwarder``), and calls :meth:`ProxyRun.finish` when the run ends, which closes
+the proxy and returns its refusals as the run's denial records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import final
+
+from flux_system.net import Resolver
+from flux_system.sandbox._forwarder import FORWARDER_PORT, SANDBOX_SOCKET, proxy_environment
+from flux_system.sandbox._proxy import EgressProxy, ProxyDenial, ProxySettings
+
+__all__ = ["ProxyRun"]
+
+
+@final
+class ProxyRun:
+    """A started :class:`EgressProxy` for one run, and how the sandbox reaches it.
+
+    Guarantee: the proxy is listening when the constructor returns; :meth:`finish`
+    (idempotent) ends every connection and removes the socket.
+
+    Args:
+        allow_hosts: ``--allow-host`` patterns and the profile's hosts.
+        allow_private: ``--allow-private`` CIDRs and the profile's.
+        resolver: the host-side resolver (default: the system's nameservers).
+        ports: allowed ports (default {80, 443}).
+
+    Raises:
+        TypeError, ValueError: bad patterns or CIDRs.
+        SandboxUnavailableError: layer ``proxy``, the socket could not be made.
+    """
+
+    def __init__(
+        self,
+        allow_hosts: Iterable[str] = (),
+        allow_private: Iterable[str] = (),
+        *,
+        resolver: Resolver | None = None,
+        ports: Iterable[int] | None = None,
+    ) -> None:
+        settings = ProxySettings(
+            allow_hosts=tuple(allow_hosts),
+            allow_private=tuple(allow_private),
+            ports=None if ports is None else frozenset(ports),
+        )
+        self._proxy = EgressProxy(settings, resolver=resolver).start()
+        self._denials: tuple[ProxyDenial, ...] | None = None
+
+    @property
+    def socket_path(self) -> str:
+        """The host side of the socket."""
+        return self._proxy.socket_path
+
+    @property
+    def bwrap_args(self) -> tuple[str, ...]:
+        """bubblewrap options binding the socket in at :data:`SANDBOX_SOCKET`."""
+        return ("--ro-bind", self._proxy.socket_path, SANDBOX_SOCKET)
+
+    @property
+    def launcher_args(self) -> tuple[str, ...]:
+        """Launcher options that start the forwarder before the command."""
+        return ("--forwarder", f"{FORWARDER_PORT}:{SANDBOX_SOCKET}")
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The variables pointing the command's clients at the forwarder."""
+        return proxy_environment(FORWARDER_PORT)
+
+    def denials(self) -> tuple[ProxyDenial, ...]:
+        """The refusals so far (all of them after :meth:`finish`)."""
+        return self._denials if self._denials is not None else self._proxy.denials()
+
+    def finish(self) -> tuple[ProxyDenial, ...]:
+        """Close the proxy (ending every connection); return every refusal. Idempotent."""
+        if self._denials is None:
+            self._proxy.close()
+            self._denials = self._proxy.denials()
+        return self._denials
