@@ -431,3 +431,24 @@ def test_peer_with_another_uid_is_refused(http: LoopbackHTTP) -> None:
     assert other.stdout.strip() == "HTTP/1.1 403 Forbidden"
     assert same.stdout.strip() == "HTTP/1.1 200 Connection established"  # positive control
     assert [d.reason for d in proxy.denials()] == ["peer"]
+
+
+def test_ipv6_literal_through_connect_needs_its_range() -> None:
+    with LoopbackHTTP(host="::1", routes={"/hello": _hello}) as v6:
+        authority = f"[::1]:{v6.port}"
+        with _proxy(("::1",), v6.port, private=()) as proxy, connect_unix(proxy.socket_path) as s:
+            assert connect_tunnel(s, authority).status == 403
+        assert proxy.denials()[0].reason == "blocked_address"
+        with (
+            _proxy(("::1",), v6.port, private=("::1/128",)) as proxy,
+            connect_unix(proxy.socket_path) as s,
+        ):
+            assert connect_tunnel(s, authority).status == 200  # positive control
+            answer = request(s, b"GET /hello HTTP/1.1\r\nHost: v6\r\n\r\n")
+    assert (answer.status, answer.body) == (200, b"hello v6")
+
+
+def test_ipv4_mapped_ipv6_literal_is_refused() -> None:
+    with _proxy(("::ffff:127.0.0.1",), 80) as proxy, connect_unix(proxy.socket_path) as s:
+        assert connect_tunnel(s, "[::ffff:127.0.0.1]:80").status == 403
+    assert proxy.denials()[0].reason == "blocked_address"
