@@ -30,6 +30,7 @@ __all__ = [
     "FORWARDER_PORT",
     "SANDBOX_SOCKET",
     "bind_listener",
+    "open_lifeline",
     "proxy_environment",
     "serve",
 ]
@@ -109,15 +110,41 @@ def _carry(
         slots.release()
 
 
-def serve(listener: socket.socket, upstream_path: str = SANDBOX_SOCKET) -> None:
+def open_lifeline(upstream_path: str = SANDBOX_SOCKET) -> socket.socket:
+    """Connect the run's lifeline to the proxy (the launcher does, before the command).
+
+    The proxy closes itself when this connection ends: the forwarder holds it, and the
+    kernel closes it when the sandbox's pid namespace goes, however the run ended.
+
+    Raises:
+        OSError: the proxy socket cannot be reached.
+    """
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(10)
+        sock.connect(upstream_path)
+        sock.sendall(b"LIFELINE flux HTTP/1.1\r\n\r\n")
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def serve(
+    listener: socket.socket,
+    upstream_path: str = SANDBOX_SOCKET,
+    lifeline: socket.socket | None = None,
+) -> None:
     """Accept on *listener*, carrying each connection to *upstream_path*.
 
     Guarantee: at most :data:`_MAX_CONNECTIONS` connections carried at once (more
     wait in the listen backlog); bytes are relayed unchanged in both directions.
     Returns only when the listener itself is unusable; otherwise the forwarder ends
-    when its pid namespace does.
+    when its pid namespace does. *lifeline* (from :func:`open_lifeline`) is held open
+    for as long as this process lives.
     """
     relay = _relay()
+    held = [lifeline]  # noqa: F841 - kept referenced (and so open) until the process ends
     slots = threading.BoundedSemaphore(_MAX_CONNECTIONS)
     while True:
         slots.acquire()

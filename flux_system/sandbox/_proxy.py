@@ -38,9 +38,12 @@ from flux_system.sandbox._proxy_head import (
 )
 from flux_system.sandbox._proxy_relay import relay
 
-__all__ = ["MAX_DENIALS", "EgressProxy", "ProxyDenial", "ProxySettings"]
+__all__ = ["LIFELINE", "MAX_DENIALS", "EgressProxy", "ProxyDenial", "ProxySettings"]
 
 MAX_DENIALS: Final = 1000  # denial records kept per proxy; later ones are only counted
+#: The head the in-sandbox launcher sends on the connection it keeps open for the run:
+#: when that connection ends (the sandbox's processes are gone), the proxy closes.
+LIFELINE: Final = b"LIFELINE flux HTTP/1.1\r\n\r\n"
 _MAX_CONNECTIONS: Final = 1024  # the ceiling a caller may configure
 _HOP_BY_HOP: Final = frozenset(
     {
@@ -66,7 +69,9 @@ class ProxySettings:
     ``*.suffix`` or an IP literal) is the allow-list; those names also lift the
     internal-name refusal. ``allow_private`` (``--allow-private`` CIDRs) admits blocked
     addresses in those ranges. With no host, everything is denied. ``ports=None``
-    means {80, 443}.
+    means {80, 443}. With ``lifeline_deadline``, the proxy closes itself when no
+    :data:`LIFELINE` connection arrived within that many seconds of ``start()``, and
+    when the one it accepted ends (the run's tree is gone, however the run ended).
     """
 
     allow_hosts: tuple[str, ...] = ()
@@ -77,6 +82,7 @@ class ProxySettings:
     head_timeout: float = 10.0
     connect_timeout: float = 10.0
     max_head_bytes: int = MAX_HEAD_BYTES
+    lifeline_deadline: float | None = None
 
 
 @final
@@ -153,8 +159,10 @@ class EgressProxy:
             raise TypeError(f"settings must be ProxySettings, not {type(settings).__name__}")
         if not 1 <= settings.max_connections <= _MAX_CONNECTIONS:
             raise ValueError(f"max_connections must be in 1..{_MAX_CONNECTIONS}")
-        for name in ("idle_timeout", "head_timeout", "connect_timeout"):
+        for name in ("idle_timeout", "head_timeout", "connect_timeout", "lifeline_deadline"):
             value = getattr(settings, name)
+            if value is None and name == "lifeline_deadline":
+                continue
             if not isinstance(value, int | float) or not 0 < value <= 86400:
                 raise ValueError(f"{name} must be a positive number of seconds")
         if not 1024 <= settings.max_head_bytes <= 1 << 20:
@@ -174,6 +182,8 @@ class EgressProxy:
         self._acceptor: threading.Thread | None = None
         self._dir: str | None = None
         self._closed = False
+        self._lifeline = False  # one lifeline per proxy: the launcher's, sent first
+        self._deadline: threading.Timer | None = None
 
     # -- lifetime ---------------------------------------------------------------------
 
@@ -217,7 +227,25 @@ class EgressProxy:
                 target=self._accept_loop, name="flux-egress-proxy", daemon=True
             )
             self._acceptor.start()
+            if wait := self._settings.lifeline_deadline:
+                self._deadline = threading.Timer(wait, self._no_lifeline)
+                self._deadline.daemon = True
+                self._deadline.start()
         return self
+
+    def _no_lifeline(self) -> None:
+        with self._lock:
+            if self._lifeline:
+                return
+        self.close()
+
+    def _hold_lifeline(self, client: socket.socket) -> None:
+        """Wait for the launcher's connection to end, then close the whole proxy."""
+        with contextlib.suppress(OSError):
+            client.settimeout(None)
+            while client.recv(4096):
+                pass
+        threading.Thread(target=self.close, name="flux-egress-proxy-close", daemon=True).start()
 
     def close(self) -> None:
         """Stop, end every connection, join the threads, remove the socket. Idempotent."""
@@ -227,6 +255,9 @@ class EgressProxy:
             self._closed = True
             listener, self._listener = self._listener, None
             live = list(self._live)
+            deadline, self._deadline = self._deadline, None
+        if deadline is not None:
+            deadline.cancel()
         if listener is not None:
             with contextlib.suppress(OSError):
                 listener.shutdown(socket.SHUT_RDWR)  # wakes accept() on Linux
@@ -239,7 +270,8 @@ class EgressProxy:
         with self._lock:
             threads = list(self._threads)
         for thread in threads:
-            thread.join(10)
+            if thread is not threading.current_thread():
+                thread.join(10)
         self._remove_dir()
 
     def __enter__(self) -> EgressProxy:
@@ -347,6 +379,12 @@ class EgressProxy:
             if exc.reason != "closed":
                 self._refuse(client, ProxyDenial(None, None, None, exc.reason, exc.status))
             return None
+        if raw + b"\r\n\r\n" == LIFELINE and self._settings.lifeline_deadline is not None:
+            with self._lock:
+                first, self._lifeline = not self._lifeline, True
+            if first:
+                self._hold_lifeline(client)
+                return None
         if head.method == "CONNECT":
             return self._connect(client, head, rest)
         return self._forward(client, head, rest)

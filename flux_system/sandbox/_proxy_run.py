@@ -11,21 +11,29 @@ the proxy and returns its refusals as the run's denial records.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import final
+from typing import Final, final
 
 from flux_system.net import Resolver
 from flux_system.sandbox._forwarder import FORWARDER_PORT, SANDBOX_SOCKET, proxy_environment
 from flux_system.sandbox._proxy import EgressProxy, ProxyDenial, ProxySettings
 
-__all__ = ["ProxyRun"]
+__all__ = ["LIFELINE_DEADLINE", "ProxyRun"]
+
+#: Seconds for the launcher to connect its lifeline after the proxy started; past
+#: that the run is taken as failed to start and the proxy closes (generous: the
+#: launcher connects before the command runs, normally within milliseconds).
+LIFELINE_DEADLINE: Final = 60.0
 
 
 @final
 class ProxyRun:
     """A started :class:`EgressProxy` for one run, and how the sandbox reaches it.
 
-    Guarantee: the proxy is listening when the constructor returns; :meth:`finish`
-    (idempotent) ends every connection and removes the socket.
+    Guarantee: the proxy is listening when the constructor returns; it closes (every
+    connection ended, the socket removed) at :meth:`finish`, when the launcher's
+    lifeline ends (the run's processes are gone, also after a timeout or a kill), or
+    when no lifeline arrived within *lifeline_deadline* seconds (the run never
+    started).
 
     Args:
         allow_hosts: ``--allow-host`` patterns and the profile's hosts.
@@ -45,11 +53,13 @@ class ProxyRun:
         *,
         resolver: Resolver | None = None,
         ports: Iterable[int] | None = None,
+        lifeline_deadline: float = LIFELINE_DEADLINE,
     ) -> None:
         settings = ProxySettings(
             allow_hosts=tuple(allow_hosts),
             allow_private=tuple(allow_private),
             ports=None if ports is None else frozenset(ports),
+            lifeline_deadline=lifeline_deadline,
         )
         self._proxy = EgressProxy(settings, resolver=resolver).start()
         self._denials: tuple[ProxyDenial, ...] | None = None

@@ -13,13 +13,15 @@ import socket
 import ssl
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
 import trustme
 
 from flux_system.net import DnsResolver, StaticResolver
-from flux_system.sandbox._proxy import EgressProxy, ProxyDenial, ProxySettings
+from flux_system.sandbox._forwarder import open_lifeline
+from flux_system.sandbox._proxy import LIFELINE, EgressProxy, ProxyDenial, ProxySettings
 from tests._capabilities import require
 from tests.flux_system.net._servers import FlipDnsServer, Handler, LoopbackHTTP
 from tests.flux_system.sandbox._proxy_client import (
@@ -452,3 +454,37 @@ def test_ipv4_mapped_ipv6_literal_is_refused() -> None:
     with _proxy(("::ffff:127.0.0.1",), 80) as proxy, connect_unix(proxy.socket_path) as s:
         assert connect_tunnel(s, "[::ffff:127.0.0.1]:80").status == 403
     assert proxy.denials()[0].reason == "blocked_address"
+
+
+# --- the lifeline: the proxy ends with the run, however the run ended --------------------
+
+
+def _wait_closed(path: str) -> None:
+    for _ in range(1000):  # hang guard: 10 s
+        if not os.path.exists(path):
+            return
+        time.sleep(0.01)
+    raise AssertionError("the proxy did not close")
+
+
+def test_proxy_closes_when_the_lifeline_ends(http: LoopbackHTTP) -> None:
+    proxy = _proxy(("api.flux.test",), http.port, lifeline_deadline=60.0)
+    path = proxy.socket_path
+    lifeline = open_lifeline(path)
+    tunnel = connect_unix(path)
+    assert connect_tunnel(tunnel, f"api.flux.test:{http.port}").status == 200
+    with connect_unix(path) as fake:  # a second "lifeline" is only a bad request
+        assert request(fake, LIFELINE).status == 403
+    assert os.path.exists(path)  # positive control: alive while the lifeline is held
+    lifeline.close()  # as when the sandbox's processes are gone
+    _wait_closed(path)
+    assert tunnel.recv(1) == b""  # live tunnels ended too
+    tunnel.close()
+    proxy.close()  # idempotent after closing itself
+    assert [d.reason for d in proxy.denials()] == ["malformed"]
+
+
+def test_proxy_closes_when_no_lifeline_comes() -> None:
+    proxy = _proxy(("api.flux.test",), 80, lifeline_deadline=0.2)
+    _wait_closed(proxy.socket_path)
+    proxy.close()
