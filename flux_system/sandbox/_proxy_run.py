@@ -14,10 +14,11 @@ from collections.abc import Iterable
 from typing import Final, final
 
 from flux_system.net import Resolver
+from flux_system.process._confine import Denial
 from flux_system.sandbox._forwarder import FORWARDER_PORT, SANDBOX_SOCKET, proxy_environment
 from flux_system.sandbox._proxy import EgressProxy, ProxyDenial, ProxySettings
 
-__all__ = ["LIFELINE_DEADLINE", "ProxyRun"]
+__all__ = ["LIFELINE_DEADLINE", "ProxyRun", "as_denials"]
 
 #: Seconds for the launcher to connect its lifeline after the proxy started; past
 #: that the run is taken as failed to start and the proxy closes (generous: the
@@ -94,3 +95,20 @@ class ProxyRun:
             self._proxy.close()
             self._denials = self._proxy.denials()
         return self._denials
+
+
+def as_denials(denials: Iterable[ProxyDenial]) -> tuple[Denial, ...]:
+    """The proxy's refusals as the run result's denial records (layer ``proxy``).
+
+    ``what`` is ``METHOD host:port`` (or as much of it as the request got to),
+    ``detail`` the reason (an ``EgressReason`` value or the proxy's own); never a
+    path or a query.
+    """
+    out = []
+    for d in denials:
+        target = "" if d.host is None else (f"[{d.host}]" if ":" in d.host else d.host)
+        if target and d.port is not None:
+            target = f"{target}:{d.port}"
+        what = " ".join(part for part in (d.method or "", target) if part) or "request"
+        out.append(Denial(layer="proxy", what=what, errno=None, detail=d.reason))
+    return tuple(out)
