@@ -65,6 +65,7 @@ class Launch:
     pass_fds: tuple[int, ...] = ()
     fork: Callable[[Callable[[], None]], None] | None = None
     tid: bytes | None = None
+    started: Callable[[int], None] | None = None  # told the child's pid once it runs
     finish: Callable[[int], Denials] | None = None
     serial: threading.Lock | None = None  # held by the builder from cgroup entry to exit
     owned_fds: list[int] = field(default_factory=list)

@@ -9,6 +9,7 @@ file offset), and the whole command line goes into a sealed memfd for ``--args``
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import pwd
 import typing
@@ -28,9 +29,10 @@ from flux_system.sandbox._protected import BUILTIN_PROTECTED, Found, find_protec
 if typing.TYPE_CHECKING:
     from flux_system.sandbox._sandbox import Sandbox
 
-__all__ = ["BwrapConfinement", "check_home", "workspace_roots"]
+__all__ = ["BwrapConfinement", "check_home", "limits_of", "workspace_roots"]
 
 LAUNCHER_DIR = "/run/flux"  # where the launcher's directory is bound inside (strict)
+_DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty")
 _FALLBACK_HOME = "/home/flux"
 
 
@@ -127,8 +129,45 @@ class BwrapConfinement:
         self._net = sandbox.network != "host"
         self._disable_userns = host.bwrap.disable_userns
         self._seccomp = "seccomp" in sandbox._plan.active
-        self._limits = _limits(profile)
+        self._limits = limits_of(profile)
         self._plan = sandbox._plan
+        self._launcher: tuple[str, list[str]] | None = None
+        if self._plan.landlock_inside and self._plan.python is not None:
+            self._launcher = (self._plan.python, self._launcher_binds(self._plan.python))
+        self._landlock_read = (
+            *visible,
+            *(p for _, p, w in self._roots if not w),
+            *self._extra_ro,
+            "/proc",
+        )
+        self._landlock_write = (
+            *(p for _, p, w in self._roots if w),
+            *self._extra_rw,
+            "/tmp",
+            "/dev/shm",
+            *_DEVICES,
+        )
+
+    def _launcher_binds(self, python: str) -> list[str]:
+        """Bind the launcher's directory (and the interpreter when outside the view)."""
+        here = os.path.dirname(os.path.realpath(__file__))
+        opts = ["--ro-bind", here, LAUNCHER_DIR]
+        if not self._is_visible(python):
+            prefix = os.path.dirname(os.path.dirname(python))
+            opts += ["--ro-bind", prefix, prefix]
+            self._visible = self._visible | {prefix}
+        return opts
+
+    def _launcher_spec(self, home: str) -> bytes:
+        no_net = self._net and self._sandbox.network == "none"
+        landlock = {
+            "read": list(self._landlock_read),
+            "write": [*self._landlock_write, home],
+            "tcp_bind": [] if no_net else None,
+            "tcp_connect": [] if no_net else None,
+            "scope": True,
+        }
+        return json.dumps({"landlock": landlock, "rlimits": []}).encode()
 
     def default_limits(self) -> Limits | None:
         return self._limits
@@ -189,6 +228,12 @@ class BwrapConfinement:
                 seccomp_fd = os.open(f"/proc/self/fd/{memfd}", os.O_RDONLY | os.O_CLOEXEC)
                 owned.append(seccomp_fd)
             command = [exe, *argv[1:]]
+            if self._launcher is not None:
+                spec_fd = _bwrap.memfd_with("flux-launcher-spec", self._launcher_spec(home))
+                owned.append(spec_fd)
+                python, _ = self._launcher
+                command = [python, "-I", "-S", f"{LAUNCHER_DIR}/_launcher.py"]
+                command += ["--spec", str(spec_fd), "--", exe, *argv[1:]]
             opts, fds = _bwrap.command_line(
                 fixed=self._fixed,
                 roots=self._roots,
@@ -202,6 +247,9 @@ class BwrapConfinement:
                 cwd=cwd,
                 env=child_env,
             )
+            if self._launcher is not None:
+                opts += self._launcher[1]
+                fds.append(spec_fd)
             args_fd = _bwrap.memfd_with("flux-bwrap-args", _bwrap.encode_args(opts))
             owned.append(args_fd)
         except OSError as exc:
@@ -224,7 +272,7 @@ class BwrapConfinement:
         return Denials((), observable=False, reason=self._plan.denial_reason)
 
 
-def _limits(profile: typing.Any) -> Limits | None:
+def limits_of(profile: typing.Any) -> Limits | None:
     values = {
         "nproc": profile.processes,
         "open_files": profile.open_files,

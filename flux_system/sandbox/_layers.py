@@ -43,7 +43,9 @@ class Plan:
 
 def launcher_python() -> tuple[str | None, str]:
     """An interpreter this user can run for the in-sandbox launcher, and why not."""
-    for candidate in (sys.executable, "/usr/bin/python3"):
+    # The system interpreter first: it lies inside the default view (no extra bind) and
+    # every user can run it; the launcher needs only the standard library.
+    for candidate in ("/usr/bin/python3", sys.executable):
         if candidate and os.path.isabs(candidate) and os.access(candidate, os.X_OK):
             try:
                 real = os.path.realpath(candidate)
