@@ -40,8 +40,10 @@ class Denial:
 class Denials:
     """What a sandboxed run was denied, as far as the host could observe.
 
-    ``observable`` is ``False`` when the backend cannot see denials at all (``reason``
-    says why); ``records`` is then empty and means nothing.
+    ``records`` holds every denial seen (seccomp on the Landlock backend, the egress
+    proxy's refusals, the protected-path audit). ``observable`` is ``False`` when some
+    layer's denials cannot be seen at all (``reason`` says which and why): an empty
+    ``records`` then does not mean nothing was denied.
     """
 
     records: tuple[Denial, ...] = ()

@@ -24,6 +24,7 @@ from flux_system._exceptions import (
 )
 from flux_system.process import Limits
 from flux_system.process._confine import Denials, Launch
+from flux_system.sandbox._extras import RunExtras
 from flux_system.sandbox._protected import BUILTIN_PROTECTED, Found, find_protected
 
 if typing.TYPE_CHECKING:
@@ -131,9 +132,12 @@ class BwrapConfinement:
         self._seccomp = "seccomp" in sandbox._plan.active
         self._limits = limits_of(profile)
         self._plan = sandbox._plan
+        self._unobserved = Denials((), observable=False, reason=self._plan.denial_reason)
         self._launcher: tuple[str, list[str]] | None = None
-        if self._plan.landlock_inside and self._plan.python is not None:
+        needs_launcher = self._plan.landlock_inside or sandbox.network == "proxy"
+        if needs_launcher and self._plan.python is not None:
             self._launcher = (self._plan.python, self._launcher_binds(self._plan.python))
+        self._writable = tuple(p for _, p, w in self._roots if w)
         self._landlock_read = (
             *visible,
             *(p for _, p, w in self._roots if not w),
@@ -212,6 +216,7 @@ class BwrapConfinement:
         if "TMPDIR" in child_env and not child_env["TMPDIR"].startswith("/tmp"):
             child_env["TMPDIR"] = "/tmp"
         owned: list[int] = []
+        extras: RunExtras | None = None
         launch = Launch(argv=(), executable=self._bwrap, env={}, owned_fds=owned)
         try:
             found: list[tuple[str, Found]] = []
@@ -227,13 +232,22 @@ class BwrapConfinement:
                 memfd = self._sandbox._seccomp_memfd()
                 seccomp_fd = os.open(f"/proc/self/fd/{memfd}", os.O_RDONLY | os.O_CLOEXEC)
                 owned.append(seccomp_fd)
+            extras = RunExtras(self._sandbox, self._writable, self._protected)
+            launch.finish = lambda code: extras.finish(self._unobserved)
+            if extras.proxy is not None:
+                child_env.update(extras.proxy.env)
             command = [exe, *argv[1:]]
+            spec_fd = -1
             if self._launcher is not None:
-                spec_fd = _bwrap.memfd_with("flux-launcher-spec", self._launcher_spec(home))
-                owned.append(spec_fd)
                 python, _ = self._launcher
                 command = [python, "-I", "-S", f"{LAUNCHER_DIR}/_launcher.py"]
-                command += ["--spec", str(spec_fd), "--", exe, *argv[1:]]
+                if self._plan.landlock_inside:
+                    spec_fd = _bwrap.memfd_with("flux-launcher-spec", self._launcher_spec(home))
+                    owned.append(spec_fd)
+                    command += ["--spec", str(spec_fd)]
+                if extras.proxy is not None:
+                    command += list(extras.proxy.launcher_args)
+                command += ["--", exe, *argv[1:]]
             opts, fds = _bwrap.command_line(
                 fixed=self._fixed,
                 roots=self._roots,
@@ -249,11 +263,16 @@ class BwrapConfinement:
             )
             if self._launcher is not None:
                 opts += self._launcher[1]
+            if spec_fd >= 0:
                 fds.append(spec_fd)
+            if extras.proxy is not None:
+                opts += list(extras.proxy.bwrap_args)
             args_fd = _bwrap.memfd_with("flux-bwrap-args", _bwrap.encode_args(opts))
             owned.append(args_fd)
         except OSError as exc:
             launch.close_fds()
+            if extras is not None:
+                extras.abort()
             raise SpawnError(
                 f"the sandbox could not be prepared: {exc.strerror}",
                 op="run",
@@ -262,14 +281,12 @@ class BwrapConfinement:
             ) from exc
         except BaseException:
             launch.close_fds()
+            if extras is not None:
+                extras.abort()
             raise
         launch.argv = (self._bwrap, "--args", str(args_fd), "--", *command)
         launch.pass_fds = (args_fd, *fds)
-        launch.finish = self._finish
         return launch
-
-    def _finish(self, code: int) -> Denials:
-        return Denials((), observable=False, reason=self._plan.denial_reason)
 
 
 def limits_of(profile: typing.Any) -> Limits | None:

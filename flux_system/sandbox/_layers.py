@@ -110,11 +110,25 @@ def plan(settings: SandboxSettings, profile: Profile | None, host: HostInfo | No
         active.add("landlock")
         if avail["seccomp"]:
             active.add("seccomp")
+    proxy_missing = False
+    if network == "proxy" and backend == "bwrap" and "bubblewrap" in active:
+        if python is None:
+            python, why = launcher_python()
+            if python is None:
+                proxy_missing = True
+                reasons["proxy"] = f"the proxy forwarder needs the launcher: {why}"
+    elif network == "proxy" and backend == "landlock":
+        proxy_missing = True
+        reasons["proxy"] = "no network namespace on the Landlock-only backend: network none"
+    if proxy_missing:
+        network = "none"  # fail closed: no network rather than the host's
     elif backend != "none" and not avail.get("bubblewrap", False):
         backend = "none" if settings.mode == "on" else backend
     if not active:
         backend = "none" if settings.mode == "on" else backend
     missing = tuple(layer for layer in LAYERS if layer in required and layer not in active)
+    if proxy_missing:
+        missing = (*missing, "proxy")
     denial = BWRAP_DENIALS if backend == "bwrap" else LANDLOCK_DENIALS
     if backend == "none":
         denial = "no sandbox layer is active"
