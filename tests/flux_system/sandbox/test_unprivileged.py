@@ -103,8 +103,8 @@ def test_landlock_only_as_unprivileged(results: dict[str, object]) -> None:
     assert got["backend"] == "landlock"
     assert got["layers"] == ["landlock", "seccomp"]
     assert got["missing"] == ["bubblewrap"]
-    assert got["enforced"]["pid_namespace"] is False  # type: ignore[index]
-    assert got["enforced"]["private_tmp"] is False  # type: ignore[index]
+    assert got["enforced"]["pid_namespace"] is False
+    assert got["enforced"]["private_tmp"] is False
     # /tmp of the host is not writable; the host's processes show in /proc
     out = got["stdout"]
     assert isinstance(out, list)
