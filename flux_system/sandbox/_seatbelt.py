@@ -70,7 +70,7 @@ def seatbelt_command(
     lines = [_template().rstrip("\n"), ";; generated"]
 
     def group(prefix: str, paths: Sequence[str], rule: str) -> None:
-        names = []
+        names: list[str] = []
         for path in paths:
             key = f"{prefix}_{len(names)}"
             params.append((key, path))
@@ -99,7 +99,7 @@ def seatbelt_command(
             for i in range(1, len(rel.split("/")))
         }
     )
-    names = []
+    names: list[str] = []
     for path in parents:  # a parent renamed away would take its protected child along
         key = f"PAR_{len(names)}"
         params.append((key, path))
