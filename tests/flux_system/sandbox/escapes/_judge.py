@@ -1,0 +1,191 @@
+"""Judge one case: did the attack fail sandboxed, and did it work in the control?
+
+Each function returns the list of what went wrong (empty: the case holds), so a
+failing test prints every broken step at once, with the probe's own words.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ._probe import CaseOutput
+
+PROTECTED_ALLOWED = {".git/objects/fx", ".git/objects/fx/probe", ".git/index"}
+# The protected-paths case: which path each step of the attack touches.
+PROTECTED_OP_PATHS = {
+    "hook-overwrite": ".git/hooks/pre-commit",
+    "hook-create": ".git/hooks/post-checkout",
+    "git-config-append": ".git/config",
+    "vscode-overwrite": ".vscode/settings.json",
+    "vscode-create": ".vscode/tasks.json",
+    "bashrc-append": ".bashrc",
+    "profile-append": ".profile",
+    "zshrc-create": ".zshrc",
+    "envrc-create": ".envrc",
+    "mcp-create": ".mcp.json",
+    "claude-create": ".claude",
+    "idea-create": ".idea",
+    "git-rename-parent": ".git",
+    "vscode-rename-parent": ".vscode",
+}
+FUNCTIONAL_OPS = ("objects-writable", "index-writable")
+_EMPTY_CAPS = "0000000000000000"
+
+
+def _attack_ops(case: dict[str, Any], out: CaseOutput) -> list[str] | None:
+    return case.get("ops") if case["judge"] == "ops" else None
+
+
+def sandboxed(
+    case: dict[str, Any], out: CaseOutput | None, control: CaseOutput | None
+) -> list[str]:
+    """What the sandboxed run let through (*control*: the same case unsandboxed)."""
+    if out is None:
+        return ["the probe printed nothing for this case (did the payload run at all?)"]
+    if "died" in out.info:
+        return [f"the case process died (signal/status {out.info['died']}): {out.ops}"]
+    judge = case["judge"]
+    if judge in ("any-op", "ops"):
+        worked = out.worked(_attack_ops(case, out))
+        return [f"step {k!r} worked: {v}" for k, v in worked.items()]
+    if judge == "families":
+        assert control is not None
+        possible = set(control.worked())
+        return [f"socket {k} was created" for k in out.worked() if k in possible]
+    if judge == "status":
+        bad = []
+        if out.info.get("NoNewPrivs") != "1":
+            bad.append(f"NoNewPrivs is {out.info.get('NoNewPrivs')!r}, not '1'")
+        for key in ("CapEff", "CapPrm", "CapAmb"):
+            if out.info.get(key) != _EMPTY_CAPS:
+                bad.append(f"{key} is {out.info.get(key)!r}, not empty")
+        return bad
+    if judge == "tiocsti":
+        bad = [f"TIOCSTI {k} injected: {v}" for k, v in out.worked().items()]
+        # The filter must see the ioctl whatever its high bits: on a non-tty fd an
+        # admitted TIOCSTI reaches the tty layer and fails ENOTTY; a refused one not.
+        bad += [
+            f"TIOCSTI {k} reached the kernel's tty layer ({v}): the seccomp filter let it by"
+            for k, v in out.ops.items()
+            if k.startswith("fd") and v.startswith("ENOTTY")
+        ]
+        return bad
+    if judge == "fd-leak":
+        fds = out.info.get("fds", [])
+        bad = [f"fd {fd} ({target}) reached the child" for fd, target in fds]
+        bad += [f"{k} holds the caller's secret" for k in out.worked() if k != "count"]
+        return bad
+    if judge == "forkbomb":
+        made, wanted = out.info.get("made"), out.info.get("wanted")
+        return [] if made is not None and made < wanted else [f"forked {made} of {wanted}"]
+    if judge in ("survivors", "protected", "must-work"):
+        return []  # judged on the host side (see host_checks) or below
+    raise AssertionError(f"unknown judge {judge!r}")
+
+
+def must_work(out: CaseOutput | None) -> list[str]:
+    if out is None:
+        return ["the probe printed nothing for this case"]
+    return [f"step {k!r} failed: {v}" for k, v in out.ops.items() if k not in out.worked()]
+
+
+def control_shows(case: dict[str, Any], user: str, out: CaseOutput | None, site: Any) -> list[str]:
+    """Why the unsandboxed run does not show the attack working (empty: it does)."""
+    want = case["control"][user]
+    if want in ("n/a", "none"):
+        return []
+    if out is None:
+        return ["the probe printed nothing for this case in the control"]
+    if isinstance(want, list):
+        names = [n.format(**site.values) for n in want]
+        missing = [n for n in names if n not in out.worked()]
+        return [f"control step {n!r} did not work: {out.ops.get(n)}" for n in missing]
+    if want == "any":
+        return [] if out.worked() else [f"no step worked in the control: {out.ops}"]
+    if want == "all":
+        return [
+            f"control step {k!r} did not work: {v}"
+            for k, v in out.ops.items()
+            if k not in out.worked()
+        ]
+    if want == "families":
+        n = len(out.worked())
+        return [] if n >= 3 else [f"only {n} exotic families exist here: nothing to show"]
+    if want == "status":
+        return [] if out.info.get("NoNewPrivs") == "0" else [f"control status {out.info}"]
+    if want == "fd-leak":
+        return [] if [k for k in out.worked() if k != "count"] else [f"no leak: {out.info}"]
+    if want == "survivors":
+        return (
+            [] if site.results["_after"]["survivors"] else ["the control's daemon did not survive"]
+        )
+    if want == "protected":
+        changed = host_diff(site, "wsp")
+        return [] if len(changed) >= 10 else [f"the control changed too little: {changed}"]
+    raise AssertionError(f"unknown control {want!r}")
+
+
+def host_diff(site: Any, key: str) -> dict[str, str]:
+    from ._host import diff
+
+    return diff(site.before[key], site.results["_after"][key])
+
+
+def host_checks(case: dict[str, Any], site: Any, run: dict[str, Any]) -> list[str]:
+    """The host's view: nothing outside changed, no listener heard the token, ..."""
+    bad: list[str] = []
+    after = site.results["_after"]
+    for check in case["host"]:
+        name, _, arg = check.partition(":")
+        if name == "outside-unchanged":
+            for key in ("outside", "ws-evil"):
+                bad += [f"{key}/{p} {what}" for p, what in host_diff(site, key).items()]
+        elif name == "recorder-silent":
+            heard = {n for n in after["seen"] if n in arg.split(",")}
+            bad += [f"host listener {n} received the token" for n in sorted(heard)]
+        elif name == "upstream-silent":
+            bad += [
+                f"upstream {n} received the token" for n in after["seen"] if n.startswith("http")
+            ]
+        elif name == "victims-alive":
+            bad += [
+                f"victim {k} was killed" for k, alive in after["victims_alive"].items() if not alive
+            ]
+        elif name == "host-tmp-unchanged":
+            if after["tmp_plant"]:
+                bad.append("a file was planted in the host's /tmp")
+        elif name == "no-survivors":
+            surv = run.get("survivors") or {}
+            if surv.get("pids"):
+                bad.append(f"daemon pids {surv['pids']} outlived the run")
+            if surv.get("lock_free") is False:
+                bad.append("the daemon's lock was still held after the run returned")
+            if after["survivors"]:
+                bad.append(f"daemon pids {after['survivors']} outlived the driver")
+        elif name == "protected-restored":
+            changed = {
+                p: w for p, w in host_diff(site, "wsp").items() if p not in PROTECTED_ALLOWED
+            }
+            bad += [f"protected workspace: {p} {w} after the run" for p, w in changed.items()]
+        else:
+            raise AssertionError(f"unknown host check {check!r}")
+    return bad
+
+
+def audit_lists(run: dict[str, Any], paths: list[str]) -> list[str]:
+    """Each of *paths* the attack touched must appear in the run's audit record."""
+    audit = run.get("audit")
+    if audit is None:
+        return ["the run result carries no audit record (post-run audit of protected paths)"]
+    text = json.dumps(audit)
+    return [f"the audit does not mention {p}" for p in paths if p not in text]
+
+
+def report_gap(report: Any, guarantee: str) -> list[str]:
+    """The sandbox's report must state *guarantee* as not enforced."""
+    text = json.dumps(report).lower()
+    key = guarantee.lower()
+    if key not in text and key.replace("-", "_") not in text:
+        return [f"report() does not mention the guarantee {guarantee!r}: {report}"]
+    return []

@@ -1,0 +1,224 @@
+"""Lay out one site per (backend, user) or per user's control, and run its plan.
+
+A *site* is a directory under the lab's world-traversable base: the workspace (owned by
+the user the sandbox runs as, with the probe copied into ``bin/``), a prefix sibling
+``<ws>-evil`` and an ``outside`` directory (world-writable, canaries inside), a fake
+``home`` with an ``.ssh`` key, a protected-paths workspace, a secret file the caller
+holds an inheritable fd on, a canary in the host's ``/tmp`` and the site's victims.
+Sandboxed sites and control sites have the same layout and distinct tokens, so no run
+can see another's secret or disturb another's victims.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests._vectors import load_vectors
+
+from . import _driver, _host, _stage
+from ._probe import CaseOutput, parse_output
+
+CASES = load_vectors("flux_system", "sandbox_escapes")
+NOBODY = 65534
+BOMB_N = 1024  # forks the bomb tries; far above any profile's process limit, bounded
+_DRIVER_TIMEOUT_S = 600  # hang guard for one site's whole plan
+RUN_TIMEOUT_S = 90.0  # hang guard for one sandboxed run
+
+# The protected-paths workspace: existing files (the rest are created by the attack).
+PROTECTED_TREE = {
+    ".git/HEAD": "ref: refs/heads/main\n",
+    ".git/config": "[core]\n\trepositoryformatversion = 0\n",
+    ".git/hooks/pre-commit": "#!/bin/sh\necho original hook\n",
+    ".git/objects/info/packs": "",
+    ".git/refs/heads/.keep": "",
+    ".vscode/settings.json": '{"original": true}\n',
+    ".bashrc": "# original bashrc\n",
+    ".profile": "# original profile\n",
+    "src/main.py": "print('hello')\n",
+}
+
+
+def settings_for(backend: str, network: str) -> dict[str, Any]:
+    """The SandboxSettings of a sandboxed run (one place to follow the core's API)."""
+    return {"mode": "require", "profile": "default", "network": network, "backend": backend}
+
+
+def proxy_settings(backend: str, allowed: list[str]) -> dict[str, Any]:
+    return {**settings_for(backend, "proxy"), "allow_hosts": allowed}
+
+
+@dataclass
+class Site:
+    """One laid-out site and, once run, what its runs returned."""
+
+    root: Path
+    uid: int | None
+    token: str = field(default_factory=lambda: "fx" + secrets.token_hex(10))
+    parent_token: str = field(default_factory=lambda: "fp" + secrets.token_hex(10))
+    victims: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    before: dict[str, dict[str, _host.Entry]] = field(default_factory=dict)
+    results: dict[str, Any] = field(default_factory=dict)
+    tmp_dir: Path | None = None
+    values: dict[str, str] = field(default_factory=dict)  # the lab's placeholders
+
+    ws = property(lambda self: self.root / "ws")
+    wsp = property(lambda self: self.root / "wsp")
+    probe = property(lambda self: str(self.root / "ws" / "bin" / "probe"))
+    marker = property(lambda self: "fxdaemon" + self.token)
+    plant = property(lambda self: "flux-escape-plant-" + self.token)
+
+    def output(self, run: str) -> dict[str, CaseOutput]:
+        res = self.results.get(run)
+        assert res is not None, f"run {run!r} did not happen"
+        assert "error" not in res, f"run {run!r} failed: {res['error']}\n{res.get('traceback')}"
+        return parse_output(res["stdout"])
+
+
+def _own(path: Path, uid: int | None) -> None:
+    if uid is not None:
+        for p in [path, *path.rglob("*")]:
+            os.lchown(p, uid, uid)
+
+
+def _canary_dir(path: Path, name: str) -> None:
+    path.mkdir(mode=0o777)
+    path.chmod(0o777)
+    for f in ("canary", "victim", "victim2"):
+        (path / f).write_text(f"CANARY:{name}/{f}\n")
+        (path / f).chmod(0o666)
+
+
+def lay_out(base: Path, name: str, uid: int | None, probe: Path) -> Site:
+    """Create the site *name* under *base* for a sandbox caller of *uid*."""
+    site = Site(base / name, uid)
+    site.root.mkdir(mode=0o755)
+    for ws in (site.ws, site.wsp):
+        (ws / "bin").mkdir(parents=True)
+        shutil.copy2(probe, ws / "bin" / "probe")
+        (ws / "mnt").mkdir()
+    for rel, text in PROTECTED_TREE.items():
+        (site.wsp / rel).parent.mkdir(parents=True, exist_ok=True)
+        (site.wsp / rel).write_text(text)
+    (site.wsp / ".git/hooks/pre-commit").chmod(0o755)
+    _own(site.ws, uid)
+    _own(site.wsp, uid)
+    _canary_dir(site.root / "ws-evil", "ws-evil")
+    _canary_dir(site.root / "outside", "outside")
+    key = site.root / "home" / ".ssh" / "id_ed25519"
+    key.parent.mkdir(parents=True)
+    key.write_text(f"-----BEGIN OPENSSH PRIVATE KEY-----\n{site.token}\n")
+    key.chmod(0o644)
+    (site.root / "held-secret").write_text(f"held:{site.token}\n")
+    (site.root / "held-secret").chmod(0o644)
+    site.tmp_dir = Path("/tmp", f"flux-escape-host-{site.token}")
+    site.tmp_dir.mkdir(mode=0o755)
+    (site.tmp_dir / "canary").write_text(f"tmp:{site.token}\n")
+    (site.tmp_dir / "canary").chmod(0o644)
+    for v in ("victim", "sig1", "sig2", "sig3"):
+        site.victims[v] = _host.start_victim(uid, site.token)
+    site.before = {
+        "outside": _host.snapshot(site.root / "outside"),
+        "ws-evil": _host.snapshot(site.root / "ws-evil"),
+        "wsp": _host.snapshot(site.wsp),
+    }
+    return site
+
+
+def fill(template: str, site: Site, lab: Any) -> str:
+    values = {
+        "outside": str(site.root / "outside"),
+        "evil": str(site.root / "ws-evil"),
+        "token": site.token,
+        "parent_token": site.parent_token,
+        "needle": site.token[::-1],
+        "parent_needle": site.parent_token[::-1],
+        "home_key": str(site.root / "home" / ".ssh" / "id_ed25519"),
+        "victim": str(site.victims["victim"].pid),
+        "sig1": str(site.victims["sig1"].pid),
+        "sig2": str(site.victims["sig2"].pid),
+        "sig3": str(site.victims["sig3"].pid),
+        "tmp_canary": str(site.tmp_dir / "canary") if site.tmp_dir else "",
+        "tmp_dir_name": site.tmp_dir.name if site.tmp_dir else "",
+        "plant": site.plant,
+        "marker": site.marker,
+        "lock": str(site.ws / "daemon.lock"),
+        "mnt": str(site.ws / "mnt"),
+        "umount_target": str(site.ws),
+        "bomb_n": str(BOMB_N),
+        **lab.values,
+    }
+    return template.format(**values)
+
+
+def specs(run: str, site: Site, lab: Any) -> list[str]:
+    return [f"{c['id']}:{fill(c['probe'], site, lab)}" for c in CASES if c["run"] == run]
+
+
+def plan_for(site: Site, lab: Any, backend: str | None) -> dict[str, Any]:
+    """The driver plan of *site*: sandboxed under *backend*, or the control (``None``)."""
+    mode = "control" if backend is None else "sandbox"
+
+    def run(name: str, network: str = "none", **extra: Any) -> dict[str, Any]:
+        r: dict[str, Any] = {"name": name, "mode": mode, "timeout": RUN_TIMEOUT_S}
+        r["argv"] = [site.probe, *specs(name, site, lab)]
+        if backend is not None:
+            r["settings"] = (
+                proxy_settings(backend, lab.allowed_hosts)
+                if network == "proxy"
+                else settings_for(backend, network)
+            )
+        r.update(extra)
+        return r
+
+    runs = [
+        run("batch"),
+        run("daemon", marker=site.marker, lock=str(site.ws / "daemon.lock")),
+        run("forkbomb"),
+        run("protected", workspace=str(site.wsp), audit=True),
+    ]
+    runs[-1]["argv"][0] = str(site.wsp / "bin" / "probe")
+    if backend is not None:
+        runs.append(run("proxy", network="proxy"))
+    return {
+        "workspace": str(site.ws),
+        "secret_env": {"FLUX_ESCAPE_PARENT_SECRET": site.parent_token},
+        "inherit_file": str(site.root / "held-secret"),
+        "runs": runs,
+    }
+
+
+def execute(site: Site, lab: Any, backend: str | None) -> None:
+    """Run the site's plan as its user; then kill any survivor the control left."""
+    plan = plan_for(site, lab, backend)
+    if site.uid is None:
+        site.results = _driver.execute(plan)
+    else:
+        site.results = _stage.run_driver_as(site.uid, lab.stage(), plan, _DRIVER_TIMEOUT_S)
+    site.results["_after"] = {
+        "outside": _host.snapshot(site.root / "outside"),
+        "ws-evil": _host.snapshot(site.root / "ws-evil"),
+        "wsp": _host.snapshot(site.wsp),
+        "survivors": _host.processes_with(site.marker),
+        "victims_alive": {k: v.poll() is None for k, v in site.victims.items()},
+        "tmp_plant": Path("/tmp", site.plant).exists(),
+        "seen": lab.recorder.seen(site.token),
+    }
+    for pid in site.results["_after"]["survivors"]:  # the control's daemon: ours to kill
+        os.kill(pid, 9)
+
+
+def tear_down(site: Site) -> None:
+    _host.stop(list(site.victims.values()))
+    for pid in _host.processes_with(site.marker):
+        os.kill(pid, 9)
+    if site.tmp_dir is not None:
+        shutil.rmtree(site.tmp_dir, ignore_errors=True)
+    plant = Path("/tmp", site.plant)
+    if plant.exists():
+        plant.unlink()

@@ -1,0 +1,110 @@
+"""The lab: one probe build, one set of host listeners, sites run once and cached."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests._capabilities import require
+
+from . import _host, _scenario, _stage
+from ._probe import build_probe
+
+BACKENDS = ("bwrap", "landlock")
+USERS = ("root", "nobody")
+
+
+class Lab:
+    """Session-wide host side of the suite; sites are laid out and run on first use."""
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        self.probe = build_probe(base)
+        self.recorder = _host.Recorder()
+        self.values: dict[str, str] = {}
+        self._sites: dict[str, _scenario.Site] = {}
+        self._stage: Path | None = None
+        self._listen()
+        self.recorder.start()
+        self.allowed_hosts = ["localhost", self.values["metadata_name"]]
+
+    def _listen(self) -> None:
+        r = self.recorder
+        v = self.values
+        v["lo_port"] = str(r.tcp("tcp-lo4", "127.0.0.1"))
+        v["lo6_port"] = str(r.tcp("tcp-lo6", "::1"))
+        v["udp_port"] = str(r.udp("udp-lo4", "127.0.0.1"))
+        v["http_port"] = str(r.tcp("http-upstream", "127.0.0.1"))
+        v4, v6 = _host.host_addresses()
+        require(bool(v4) and bool(v6), "a non-loopback IPv4 and IPv6 address on this host")
+        v["eth4"], v["eth6"] = v4[0], v6[0]
+        v["eth4_port"] = str(r.tcp("tcp-eth4", v4[0]))
+        v["eth6_port"] = str(r.tcp("tcp-eth6", v6[0]))
+        port = r.udp("dns-udp", "127.0.0.1", dns=True)
+        r.tcp("dns-tcp", "127.0.0.1", port)
+        v["dns_port"] = str(port)
+        sock = str(self.base / "host.sock")
+        r.unix("unix-path", sock)
+        v["unixpath"] = sock
+        name = "flux-escape-" + secrets.token_hex(8)
+        r.unix("unix-abstract", b"\0" + name.encode())
+        v["abstract"] = "@" + name
+        v["allowed_name"] = "localhost"
+        v["metadata_name"] = "metadata-alias.test"
+
+    def stage(self) -> Path:
+        if self._stage is None:
+            self._stage = self.base / "stage"
+            _stage.stage_library(self._stage)
+        return self._stage
+
+    def site(self, backend: str | None, user: str) -> _scenario.Site:
+        """The site of *backend* (``None``: the control) for *user*, run once."""
+        key = f"{backend or 'control'}-{user}"
+        if key not in self._sites:
+            uid = None if user == "root" else _scenario.NOBODY
+            site = _scenario.lay_out(self.base, key, uid, self.probe)
+            site.values = dict(self.values)
+            self._sites[key] = site
+            _scenario.execute(site, self, backend)
+            if backend is None and uid is None:
+                _unmount_leftovers(site)
+        return self._sites[key]
+
+    def close(self) -> None:
+        for site in self._sites.values():
+            _scenario.tear_down(site)
+        self.recorder.close()
+
+
+def _unmount_leftovers(site: _scenario.Site) -> None:
+    """The root control's 'mount tmpfs' worked on the host: undo it."""
+    mnt = site.ws / "mnt"
+    while os.path.ismount(mnt):
+        subprocess.run(["umount", "-l", str(mnt)], check=True, timeout=30)
+
+
+@pytest.fixture(scope="session")
+def lab() -> Iterator[Lab]:
+    require(os.geteuid() == 0, "root (the suite runs sandboxes as root and as uid 65534)")
+    require(shutil.which("setpriv") is not None, "setpriv (util-linux)")
+    base = Path(tempfile.mkdtemp(prefix="flux-escapes-", dir="/var/tmp"))
+    base.chmod(0o755)
+    the_lab = Lab(base)
+    try:
+        yield the_lab
+    finally:
+        the_lab.close()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def site_of(lab: Lab, backend: str | None, user: str) -> Any:
+    return lab.site(backend, user)

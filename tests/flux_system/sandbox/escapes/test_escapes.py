@@ -1,0 +1,80 @@
+"""The escape suite (issue 15): every case under every backend, as root and as 65534.
+
+Each case asserts that the attack failed in the sandbox and nothing changed on the
+host (``test_attack_fails``), and that the very same payload, run unsandboxed by the
+same user, does show the attack working (``test_control_shows_attack``): so no case
+can pass because nothing happened. Cases come from
+tests/vectors/flux_system/sandbox_escapes.json; the payloads are probe.c.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from . import _judge
+from ._scenario import CASES
+from .conftest import BACKENDS, USERS, Lab
+
+CONTROLLED = [c for c in CASES if any(v not in ("n/a",) for v in c["control"].values())]
+
+
+def _id(case: dict[str, Any]) -> str:
+    return str(case["id"])
+
+
+@pytest.mark.parametrize("user", USERS)
+@pytest.mark.parametrize("case", CONTROLLED, ids=_id)
+def test_control_shows_attack(lab: Lab, case: dict[str, Any], user: str) -> None:
+    site = lab.site(None, user)
+    out = site.output(case["run"]).get(case["id"])
+    problems = _judge.control_shows(case, user, out, site)
+    assert not problems, f"positive control of {case['id']} as {user}: {problems}\n{out}"
+
+
+@pytest.mark.parametrize("user", USERS)
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", CASES, ids=_id)
+def test_attack_fails(lab: Lab, case: dict[str, Any], backend: str, user: str) -> None:
+    site = lab.site(backend, user)
+    run = site.results[case["run"]]
+    out = site.output(case["run"]).get(case["id"])
+    control = (
+        lab.site(None, user).output(case["run"]).get(case["id"])
+        if case["judge"] == "families"
+        else None
+    )
+    if case["judge"] == "must-work":
+        problems = _judge.must_work(out)
+    else:
+        problems = _judge.sandboxed(case, out, control) + _judge.host_checks(case, site, run)
+    if case["judge"] == "protected":
+        assert out is not None
+        problems += _protected(case, backend, out, run)
+    expect = case["expect"][backend]
+    if expect.startswith("gap:"):
+        # This backend cannot stop the attack: then its report must say so.
+        gap = _judge.report_gap(run.get("report"), expect.removeprefix("gap:"))
+        assert not gap, f"{case['id']} under {backend} as {user}: {gap}"
+        return
+    assert expect == "blocked"
+    assert not problems, f"ESCAPE {case['id']} under {backend} as {user}: {problems}\n{out}"
+
+
+def _protected(case: dict[str, Any], backend: str, out: Any, run: dict[str, Any]) -> list[str]:
+    problems = [
+        f"{op} must stay possible (git works inside): {out.ops.get(op)}"
+        for op in _judge.FUNCTIONAL_OPS
+        if op not in out.worked()
+    ]
+    worked = out.worked()
+    problems += [
+        f"{op} worked on a path that exists (bound read-only): {worked[op]}"
+        for op in case["bound_readonly"][backend]
+        if op in worked
+    ]
+    touched = [_judge.PROTECTED_OP_PATHS[op] for op in worked if op in _judge.PROTECTED_OP_PATHS]
+    if touched:
+        problems += _judge.audit_lists(run, touched)
+    return problems
