@@ -61,21 +61,36 @@ def make_sandbox(settings: dict[str, Any]) -> Any:
 
 
 def _sandboxed(run: dict[str, Any], workspace: Path) -> dict[str, Any]:
+    import importlib
+
     from flux_system import System, Workspace
 
+    api = importlib.import_module("flux_system.sandbox")
     out: dict[str, Any] = {}
     sandbox = make_sandbox(run["settings"])
     out["report"] = plain(sandbox.report())
-    system_kwargs: dict[str, Any] = dict(run.get("system_kwargs", {}))
-    with System(Workspace(workspace), sandbox=sandbox, **system_kwargs) as system:
+    out["backend"] = getattr(sandbox, "backend", None)
+    ws = Workspace(workspace)
+    with contextlib.ExitStack() as stack:
+        system = stack.enter_context(System(ws, sandbox=sandbox))
+        audit_handle = None
+        if run.get("audit"):
+            # The explicit opt-in around the run (the result may carry its own too).
+            restore = bool(getattr(getattr(sandbox, "profile", None), "restore", False))
+            opener = getattr(api, "audit_protected_paths", None)
+            if opener is not None:
+                audit_handle = stack.enter_context(opener(ws, restore=restore))
+            out["restore"] = restore
         result = system.run(run["argv"], timeout=run.get("timeout", 60.0))
         out["survivors"] = _survivors(run)
         out["exit_code"] = result.exit_code
         out["stdout"] = result.stdout.decode("utf-8", "replace")
         out["stderr"] = result.stderr.decode("utf-8", "replace")
-        for attr in ("denials", "audit", "sandbox"):
-            if hasattr(result, attr):
+        for attr in ("denials", "audit", "tree_contained"):
+            if getattr(result, attr, None) is not None:
                 out[attr] = plain(getattr(result, attr))
+    if audit_handle is not None and "audit" not in out:
+        out["audit"] = plain(audit_handle.report)
     return out
 
 

@@ -79,7 +79,7 @@ def sandboxed(
     if judge == "forkbomb":
         made, wanted = out.info.get("made"), out.info.get("wanted")
         return [] if made is not None and made < wanted else [f"forked {made} of {wanted}"]
-    if judge in ("survivors", "protected", "must-work"):
+    if judge in ("survivors", "protected", "must-work", "host-only"):
         return []  # judged on the host side (see host_checks) or below
     raise AssertionError(f"unknown judge {judge!r}")
 
@@ -124,6 +124,30 @@ def control_shows(case: dict[str, Any], user: str, out: CaseOutput | None, site:
         changed = host_diff(site, "wsp")
         return [] if len(changed) >= 10 else [f"the control changed too little: {changed}"]
     raise AssertionError(f"unknown control {want!r}")
+
+
+def control_host(case: dict[str, Any], site: Any) -> list[str]:
+    """In the control, every host-side check of the case must see the attack land."""
+    bad: list[str] = []
+    after = site.results["_after"]
+    for check in case["host"]:
+        name, _, arg = check.partition(":")
+        if name == "outside-unchanged":
+            key = "ws-evil" if "evil" in case["probe"] else "outside"
+            if not host_diff(site, key):
+                bad.append(f"the control changed nothing in {key}")
+        elif name == "recorder-silent":
+            bad += [
+                f"listener {n} heard nothing in the control"
+                for n in arg.split(",")
+                if n not in after["seen"]
+            ]
+        elif name == "victims-alive":
+            if all(after["victims_alive"][k] for k in ("sig1", "sig2", "sig3")):
+                bad.append("the control killed no victim")
+        elif name == "host-tmp-unchanged" and not after["tmp_plant"]:
+            bad.append("the control planted nothing in the host's /tmp")
+    return bad
 
 
 def host_diff(site: Any, key: str) -> dict[str, str]:
@@ -183,9 +207,31 @@ def audit_lists(run: dict[str, Any], paths: list[str]) -> list[str]:
 
 
 def report_gap(report: Any, guarantee: str) -> list[str]:
-    """The sandbox's report must state *guarantee* as not enforced."""
-    text = json.dumps(report).lower()
-    key = guarantee.lower()
-    if key not in text and key.replace("-", "_") not in text:
-        return [f"report() does not mention the guarantee {guarantee!r}: {report}"]
-    return []
+    """The sandbox's report must list *guarantee* as not enforced."""
+    if not isinstance(report, dict):
+        return [f"the run has no report() to check the gap {guarantee!r} against: {report!r}"]
+    for g in report.get("guarantees", []):
+        if g.get("name") == guarantee:
+            if g.get("enforced") is False:
+                return []
+            return [
+                f"report() claims {guarantee!r} is enforced ({g}) but the attack is not stopped"
+            ]
+    return [f"report() does not list the guarantee {guarantee!r}: {report.get('guarantees')}"]
+
+
+EXPECTED_LAYERS = {"bwrap": {"bubblewrap", "seccomp"}, "landlock": {"landlock", "seccomp"}}
+
+
+def is_what_was_asked(run: dict[str, Any], backend: str) -> list[str]:
+    """A sandboxed run must have run, under *backend*, with its layers active."""
+    if "error" in run:
+        return [f"the sandboxed run failed: {run['error']}"]
+    bad = []
+    if run.get("backend") != backend:
+        bad.append(f"the sandbox runs backend {run.get('backend')!r}, not {backend!r}")
+    layers = {layer["name"] for layer in run.get("report", {}).get("layers", []) if layer["active"]}
+    missing = EXPECTED_LAYERS[backend] - layers
+    if missing:
+        bad.append(f"layers {sorted(missing)} are not active (active: {sorted(layers)})")
+    return bad

@@ -26,7 +26,7 @@ from ._probe import CaseOutput, parse_output
 
 CASES = load_vectors("flux_system", "sandbox_escapes")
 NOBODY = 65534
-BOMB_N = 1024  # forks the bomb tries; far above any profile's process limit, bounded
+BOMB_N = 2048  # forks the bomb tries: twice the default profile's process limit
 _DRIVER_TIMEOUT_S = 600  # hang guard for one site's whole plan
 RUN_TIMEOUT_S = 90.0  # hang guard for one sandboxed run
 
@@ -44,13 +44,23 @@ PROTECTED_TREE = {
 }
 
 
-def settings_for(backend: str, network: str) -> dict[str, Any]:
-    """The SandboxSettings of a sandboxed run (one place to follow the core's API)."""
-    return {"mode": "require", "profile": "default", "network": network, "backend": backend}
+def settings_for(backend: str, network: str, **extra: Any) -> dict[str, Any]:
+    """The SandboxSettings of a sandboxed run (one place to follow the core's API).
+
+    bubblewrap runs the ``default`` profile in mode ``require``. The Landlock-only
+    backend runs it in mode ``on`` with ``backend="landlock"`` (the profile requires
+    bubblewrap, so ``require`` refuses by design); each run's report is then checked
+    to name ``landlock`` as the backend with Landlock and seccomp active, so mode
+    ``on`` cannot quietly degrade to less.
+    """
+    mode = "require" if backend == "bwrap" else "on"
+    return {"mode": mode, "profile": "default", "network": network, "backend": backend, **extra}
 
 
-def proxy_settings(backend: str, allowed: list[str]) -> dict[str, Any]:
-    return {**settings_for(backend, "proxy"), "allow_hosts": allowed}
+def proxy_settings(backend: str, lab: Any) -> dict[str, Any]:
+    return settings_for(
+        backend, "proxy", allow_hosts=lab.allowed_hosts, allow_private=lab.allowed_private
+    )
 
 
 @dataclass
@@ -61,6 +71,7 @@ class Site:
     uid: int | None
     token: str = field(default_factory=lambda: "fx" + secrets.token_hex(10))
     parent_token: str = field(default_factory=lambda: "fp" + secrets.token_hex(10))
+    wire: str = field(default_factory=lambda: "fw" + secrets.token_hex(10))
     victims: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     before: dict[str, dict[str, _host.Entry]] = field(default_factory=dict)
     results: dict[str, Any] = field(default_factory=dict)
@@ -137,6 +148,7 @@ def fill(template: str, site: Site, lab: Any) -> str:
         "token": site.token,
         "parent_token": site.parent_token,
         "needle": site.token[::-1],
+        "wire": site.wire,
         "parent_needle": site.parent_token[::-1],
         "home_key": str(site.root / "home" / ".ssh" / "id_ed25519"),
         "victim": str(site.victims["victim"].pid),
@@ -169,10 +181,12 @@ def plan_for(site: Site, lab: Any, backend: str | None) -> dict[str, Any]:
         r["argv"] = [site.probe, *specs(name, site, lab)]
         if backend is not None:
             r["settings"] = (
-                proxy_settings(backend, lab.allowed_hosts)
+                proxy_settings(backend, lab)
                 if network == "proxy"
                 else settings_for(backend, network)
             )
+            if name == "protected":
+                r["settings"]["audit"] = True
         r.update(extra)
         return r
 
@@ -207,7 +221,7 @@ def execute(site: Site, lab: Any, backend: str | None) -> None:
         "survivors": _host.processes_with(site.marker),
         "victims_alive": {k: v.poll() is None for k, v in site.victims.items()},
         "tmp_plant": Path("/tmp", site.plant).exists(),
-        "seen": lab.recorder.seen(site.token),
+        "seen": lab.recorder.seen(site.wire),
     }
     for pid in site.results["_after"]["survivors"]:  # the control's daemon: ours to kill
         os.kill(pid, 9)

@@ -35,6 +35,7 @@ class Lab:
         self._listen()
         self.recorder.start()
         self.allowed_hosts = ["localhost", self.values["metadata_name"]]
+        self.allowed_private = ["127.0.0.0/8"]
 
     def _listen(self) -> None:
         r = self.recorder

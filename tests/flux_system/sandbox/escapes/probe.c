@@ -372,8 +372,11 @@ static int connect_send(int fam, int type, struct sockaddr *sa, socklen_t len, c
     return 0;
 }
 
+struct unixdst { const char *spec; const char *msg; };
+
 static int op_unix(void *a, char *d, size_t n) { (void)d; (void)n;
-    const char *spec = a; /* "@name" abstract or a path */
+    struct unixdst *t = a;
+    const char *spec = t->spec; /* "@name" abstract or a path */
     struct sockaddr_un un = {.sun_family = AF_UNIX};
     socklen_t len;
     if (spec[0] == '@') {
@@ -383,14 +386,16 @@ static int op_unix(void *a, char *d, size_t n) { (void)d; (void)n;
         strncpy(un.sun_path, spec, sizeof un.sun_path - 1);
         len = sizeof un;
     }
-    return connect_send(AF_UNIX, SOCK_STREAM, (struct sockaddr *)&un, len, "escaped\n");
+    return connect_send(AF_UNIX, SOCK_STREAM, (struct sockaddr *)&un, len, t->msg);
 }
 
+/* unix=TOKEN|@abstract|/path...: connect to each and send the token. */
 static void case_unix(void) {
-    for (int i = 0; i < nargs; i++) {
+    for (int i = 1; i < nargs; i++) {
+        struct unixdst t = {args[i], arg_str(0)};
         char name[16];
         snprintf(name, sizeof name, "%s%d", args[i][0] == '@' ? "abstract" : "path", i);
-        run_op(name, op_unix, args[i]);
+        run_op(name, op_unix, &t);
     }
 }
 

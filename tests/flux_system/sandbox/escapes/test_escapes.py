@@ -29,7 +29,7 @@ def _id(case: dict[str, Any]) -> str:
 def test_control_shows_attack(lab: Lab, case: dict[str, Any], user: str) -> None:
     site = lab.site(None, user)
     out = site.output(case["run"]).get(case["id"])
-    problems = _judge.control_shows(case, user, out, site)
+    problems = _judge.control_shows(case, user, out, site) + _judge.control_host(case, site)
     assert not problems, f"positive control of {case['id']} as {user}: {problems}\n{out}"
 
 
@@ -60,6 +60,15 @@ def test_attack_fails(lab: Lab, case: dict[str, Any], backend: str, user: str) -
         return
     assert expect == "blocked"
     assert not problems, f"ESCAPE {case['id']} under {backend} as {user}: {problems}\n{out}"
+
+
+@pytest.mark.parametrize("run", ["batch", "daemon", "forkbomb", "protected", "proxy"])
+@pytest.mark.parametrize("user", USERS)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_sandbox_is_what_was_asked(lab: Lab, backend: str, user: str, run: str) -> None:
+    """Each sandboxed run ran, under the backend asked for, with its layers active."""
+    problems = _judge.is_what_was_asked(lab.site(backend, user).results[run], backend)
+    assert not problems, f"{run} under {backend} as {user}: {problems}"
 
 
 def _protected(case: dict[str, Any], backend: str, out: Any, run: dict[str, Any]) -> list[str]:
