@@ -57,6 +57,11 @@ def make_sandbox(settings: dict[str, Any]) -> Any:
     import importlib
 
     api = importlib.import_module("flux_system.sandbox")  # loudly missing until it exists
+    settings = dict(settings)
+    table = settings.pop("_resolver", None)
+    if table is not None:  # the proxy's resolver: a public knob the settings must offer
+        net = importlib.import_module("flux_system.net")
+        settings["resolver"] = net.StaticResolver(table)
     return api.Sandbox.resolve(api.SandboxSettings(**settings))
 
 

@@ -57,10 +57,13 @@ def settings_for(backend: str, network: str, **extra: Any) -> dict[str, Any]:
     return {"mode": mode, "profile": "default", "network": network, "backend": backend, **extra}
 
 
-def proxy_settings(backend: str, lab: Any) -> dict[str, Any]:
-    return settings_for(
-        backend, "proxy", allow_hosts=lab.allowed_hosts, allow_private=lab.allowed_private
-    )
+def proxy_settings(backend: str, lab: Any, *, resolver: bool = False) -> dict[str, Any]:
+    """Network proxy; with *resolver*, the proxy resolves through the lab's static table
+    (``_resolver`` is turned into a ``StaticResolver`` by the driver)."""
+    extra: dict[str, Any] = {"allow_hosts": lab.allowed_hosts, "allow_private": lab.allowed_private}
+    if resolver:
+        extra["_resolver"] = lab.resolver_table
+    return settings_for(backend, "proxy", **extra)
 
 
 @dataclass
@@ -72,6 +75,7 @@ class Site:
     token: str = field(default_factory=lambda: "fx" + secrets.token_hex(10))
     parent_token: str = field(default_factory=lambda: "fp" + secrets.token_hex(10))
     wire: str = field(default_factory=lambda: "fw" + secrets.token_hex(10))
+    wire_ok: str = field(default_factory=lambda: "fo" + secrets.token_hex(10))
     victims: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     before: dict[str, dict[str, _host.Entry]] = field(default_factory=dict)
     results: dict[str, Any] = field(default_factory=dict)
@@ -149,6 +153,7 @@ def fill(template: str, site: Site, lab: Any) -> str:
         "parent_token": site.parent_token,
         "needle": site.token[::-1],
         "wire": site.wire,
+        "wire_ok": site.wire_ok,
         "parent_needle": site.parent_token[::-1],
         "home_key": str(site.root / "home" / ".ssh" / "id_ed25519"),
         "victim": str(site.victims["victim"].pid),
@@ -181,7 +186,7 @@ def plan_for(site: Site, lab: Any, backend: str | None) -> dict[str, Any]:
         r["argv"] = [site.probe, *specs(name, site, lab)]
         if backend is not None:
             r["settings"] = (
-                proxy_settings(backend, lab)
+                proxy_settings(backend, lab, resolver=name == "proxy-resolver")
                 if network == "proxy"
                 else settings_for(backend, network)
             )
@@ -199,6 +204,7 @@ def plan_for(site: Site, lab: Any, backend: str | None) -> dict[str, Any]:
     runs[-1]["argv"][0] = str(site.wsp / "bin" / "probe")
     if backend is not None:
         runs.append(run("proxy", network="proxy"))
+        runs.append(run("proxy-resolver", network="proxy"))
     return {
         "workspace": str(site.ws),
         "secret_env": {"FLUX_ESCAPE_PARENT_SECRET": site.parent_token},

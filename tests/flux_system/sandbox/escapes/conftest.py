@@ -20,6 +20,7 @@ from ._probe import build_probe
 
 BACKENDS = ("bwrap", "landlock")
 USERS = ("root", "nobody")
+UPSTREAM = "127.0.0.7"
 
 
 class Lab:
@@ -34,8 +35,9 @@ class Lab:
         self._stage: Path | None = None
         self._listen()
         self.recorder.start()
-        self.allowed_hosts = ["localhost", self.values["metadata_name"]]
-        self.allowed_private = ["127.0.0.0/8"]
+        self.allowed_hosts = [UPSTREAM, self.values["metadata_name"]]
+        self.allowed_private = [f"{UPSTREAM}/32"]
+        self.resolver_table = {self.values["metadata_name"]: ["169.254.169.254"]}
 
     def _listen(self) -> None:
         r = self.recorder
@@ -43,7 +45,10 @@ class Lab:
         v["lo_port"] = str(r.tcp("tcp-lo4", "127.0.0.1"))
         v["lo6_port"] = str(r.tcp("tcp-lo6", "::1"))
         v["udp_port"] = str(r.udp("udp-lo4", "127.0.0.1"))
-        v["http_port"] = str(r.tcp("http-upstream", "127.0.0.1"))
+        # The proxy's allowed upstream: an IP literal on loopback, on a default port (the
+        # proxy admits 80 and 443 only), apart from 127.0.0.1 (a denied case).
+        r.tcp("http-upstream", UPSTREAM, 80)
+        v["upstream"] = UPSTREAM
         v4, v6 = _host.host_addresses()
         require(bool(v4) and bool(v6), "a non-loopback IPv4 and IPv6 address on this host")
         v["eth4"], v["eth6"] = v4[0], v6[0]
@@ -58,7 +63,6 @@ class Lab:
         name = "flux-escape-" + secrets.token_hex(8)
         r.unix("unix-abstract", b"\0" + name.encode())
         v["abstract"] = "@" + name
-        v["allowed_name"] = "localhost"
         v["metadata_name"] = "metadata-alias.test"
 
     def stage(self) -> Path:

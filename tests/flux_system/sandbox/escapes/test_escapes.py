@@ -62,7 +62,9 @@ def test_attack_fails(lab: Lab, case: dict[str, Any], backend: str, user: str) -
     assert not problems, f"ESCAPE {case['id']} under {backend} as {user}: {problems}\n{out}"
 
 
-@pytest.mark.parametrize("run", ["batch", "daemon", "forkbomb", "protected", "proxy"])
+@pytest.mark.parametrize(
+    "run", ["batch", "daemon", "forkbomb", "protected", "proxy", "proxy-resolver"]
+)
 @pytest.mark.parametrize("user", USERS)
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_sandbox_is_what_was_asked(lab: Lab, backend: str, user: str, run: str) -> None:

@@ -1,0 +1,49 @@
+"""Render the table of docs/sandbox-escapes.md from the escape vectors.
+
+``python3 -m tests.flux_system.sandbox.escapes._doc`` rewrites the table in place;
+test_doc.py fails when the document and the vectors disagree.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tests._vectors import load_vectors
+
+DOC = Path(__file__).resolve().parents[4] / "docs" / "sandbox-escapes.md"
+BEGIN = "<!-- BEGIN escape table: generated from tests/vectors/flux_system/sandbox_escapes.json -->"
+END = "<!-- END escape table -->"
+_BACKENDS = (("bwrap", "bubblewrap + seccomp"), ("landlock", "Landlock-only + seccomp"))
+
+
+def _cell(case: dict[str, Any], backend: str) -> str:
+    finding = case.get("finding", {}).get(backend)
+    if finding:
+        return f"**escapes** (open finding: {finding})"
+    expect = str(case["expect"][backend])
+    if expect == "blocked":
+        return "stopped" if case["judge"] != "must-work" else "works (as it must)"
+    guarantee = expect.removeprefix("gap:")
+    return f"not stopped; reported: `{guarantee}` not enforced"
+
+
+def table() -> str:
+    head = "| case | attack | " + " | ".join(title for _, title in _BACKENDS) + " |"
+    rule = "|---|---|" + "---|" * len(_BACKENDS)
+    rows = [head, rule]
+    for case in load_vectors("flux_system", "sandbox_escapes"):
+        attack = str(case["attack"]).replace("|", "\\|")
+        cells = " | ".join(_cell(case, b) for b, _ in _BACKENDS)
+        rows.append(f"| `{case['id']}` | {attack} | {cells} |")
+    return "\n".join(rows)
+
+
+def render(text: str) -> str:
+    """*text* with the part between the markers replaced by the current table."""
+    start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
+    return text[:start] + "\n" + table() + "\n" + text[end:]
+
+
+if __name__ == "__main__":
+    DOC.write_text(render(DOC.read_text(encoding="utf-8")), encoding="utf-8")
