@@ -133,7 +133,8 @@ def control_host(case: dict[str, Any], site: Any) -> list[str]:
     for check in case["host"]:
         name, _, arg = check.partition(":")
         if name == "outside-unchanged":
-            key = "ws-evil" if "evil" in case["probe"] else "outside"
+            probe = case["probe"]
+            key = "ws-evil" if "evil" in probe else "linked" if "out-link" in probe else "outside"
             if not host_diff(site, key):
                 bad.append(f"the control changed nothing in {key}")
         elif name == "recorder-silent":
@@ -163,7 +164,7 @@ def host_checks(case: dict[str, Any], site: Any, run: dict[str, Any]) -> list[st
     for check in case["host"]:
         name, _, arg = check.partition(":")
         if name == "outside-unchanged":
-            for key in ("outside", "ws-evil"):
+            for key in ("outside", "ws-evil", "linked"):
                 bad += [f"{key}/{p} {what}" for p, what in host_diff(site, key).items()]
         elif name == "recorder-silent":
             heard = {n for n in after["seen"] if n in arg.split(",")}

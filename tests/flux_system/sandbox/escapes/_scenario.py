@@ -125,6 +125,9 @@ def lay_out(base: Path, name: str, uid: int | None, probe: Path) -> Site:
     _own(site.wsp, uid)
     _canary_dir(site.root / "ws-evil", "ws-evil")
     _canary_dir(site.root / "outside", "outside")
+    _canary_dir(site.root / "linked", "linked")
+    (site.ws / "out-link").symlink_to(site.root / "linked")
+    os.lchown(site.ws / "out-link", uid if uid is not None else 0, uid if uid is not None else 0)
     key = site.root / "home" / ".ssh" / "id_ed25519"
     key.parent.mkdir(parents=True)
     key.write_text(f"-----BEGIN OPENSSH PRIVATE KEY-----\n{site.token}\n")
@@ -140,6 +143,7 @@ def lay_out(base: Path, name: str, uid: int | None, probe: Path) -> Site:
     site.before = {
         "outside": _host.snapshot(site.root / "outside"),
         "ws-evil": _host.snapshot(site.root / "ws-evil"),
+        "linked": _host.snapshot(site.root / "linked"),
         "wsp": _host.snapshot(site.wsp),
     }
     return site
@@ -148,6 +152,7 @@ def lay_out(base: Path, name: str, uid: int | None, probe: Path) -> Site:
 def fill(template: str, site: Site, lab: Any) -> str:
     values = {
         "outside": str(site.root / "outside"),
+        "ws": str(site.ws),
         "evil": str(site.root / "ws-evil"),
         "token": site.token,
         "parent_token": site.parent_token,
@@ -223,6 +228,7 @@ def execute(site: Site, lab: Any, backend: str | None) -> None:
     site.results["_after"] = {
         "outside": _host.snapshot(site.root / "outside"),
         "ws-evil": _host.snapshot(site.root / "ws-evil"),
+        "linked": _host.snapshot(site.root / "linked"),
         "wsp": _host.snapshot(site.wsp),
         "survivors": _host.processes_with(site.marker),
         "victims_alive": {k: v.poll() is None for k, v in site.victims.items()},

@@ -20,7 +20,10 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/bpf.h>
 #include <linux/io_uring.h>
+#include <linux/keyctl.h>
+#include <linux/perf_event.h>
 #include <linux/netlink.h>
 #include <linux/sched.h>
 #include <netinet/in.h>
@@ -714,6 +717,86 @@ static void case_status(void) {
     end_case(info);
 }
 
+/* ---- more kernel attack surface: each op "ok" only when the call did its thing ---- */
+
+static int op_keyctl(void *a, char *d, size_t n) { (void)a; (void)d; (void)n;
+    long id = syscall(SYS_keyctl, KEYCTL_GET_KEYRING_ID, KEY_SPEC_SESSION_KEYRING, 0);
+    return id < 0 ? errno : 0; }
+
+static int op_add_key(void *a, char *d, size_t n) { (void)a; (void)d; (void)n;
+    long id = syscall(SYS_add_key, "user", "flux-escape-probe", "x", 1, KEY_SPEC_PROCESS_KEYRING);
+    return id < 0 ? errno : 0; }
+
+static int op_perf(void *a, char *d, size_t n) { (void)a; (void)d; (void)n;
+    struct perf_event_attr attr;
+    memset(&attr, 0, sizeof attr);
+    attr.size = sizeof attr;
+    attr.type = PERF_TYPE_SOFTWARE;
+    attr.config = PERF_COUNT_SW_TASK_CLOCK;
+    attr.exclude_kernel = 1;
+    attr.exclude_hv = 1;
+    int fd = (int)syscall(SYS_perf_event_open, &attr, 0, -1, -1, 0);
+    if (fd < 0) return errno;
+    close(fd);
+    return 0;
+}
+
+static int op_userfaultfd(void *a, char *d, size_t n) { (void)a; (void)d; (void)n;
+    int fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | 1 /* UFFD_USER_MODE_ONLY */);
+    if (fd < 0) fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC);
+    if (fd < 0) return errno;
+    close(fd);
+    return 0;
+}
+
+static int op_bpf(void *a, char *d, size_t n) { (void)a; (void)d; (void)n;
+    union bpf_attr attr;
+    memset(&attr, 0, sizeof attr);
+    attr.map_type = BPF_MAP_TYPE_ARRAY;
+    attr.key_size = 4;
+    attr.value_size = 4;
+    attr.max_entries = 1;
+    int fd = (int)syscall(SYS_bpf, BPF_MAP_CREATE, &attr, sizeof attr);
+    if (fd < 0) return errno;
+    close(fd);
+    return 0;
+}
+
+/* "Shocker" (Docker, 2014): a file handle opens any inode of the mount, whatever the
+ * sandbox's view of paths. */
+static int op_open_by_handle(void *a, char *d, size_t n) { (void)a;
+    struct { struct file_handle fh; unsigned char buf[MAX_HANDLE_SZ]; } h;
+    int mount_id = 0;
+    h.fh.handle_bytes = MAX_HANDLE_SZ;
+    if (name_to_handle_at(AT_FDCWD, ".", &h.fh, &mount_id, 0) != 0) {
+        int e = errno; snprintf(d, n, "name_to_handle_at"); return e; }
+    int mfd = open(".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (mfd < 0) return errno;
+    int fd = open_by_handle_at(mfd, &h.fh, O_RDONLY | O_CLOEXEC);
+    int e = fd < 0 ? errno : 0;
+    if (fd >= 0) close(fd);
+    close(mfd);
+    return e;
+}
+
+static int op_setns(void *a, char *d, size_t n) { (void)a; (void)d; (void)n;
+    int fd = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return errno;
+    int e = setns(fd, CLONE_NEWNET) ? errno : 0;
+    close(fd);
+    return e;
+}
+
+static void case_kernel_surface(void) {
+    run_op("keyctl", op_keyctl, NULL);
+    run_op("add_key", op_add_key, NULL);
+    run_op("perf_event_open", op_perf, NULL);
+    run_op("userfaultfd", op_userfaultfd, NULL);
+    run_op("bpf", op_bpf, NULL);
+    run_op("open_by_handle_at", op_open_by_handle, NULL);
+    run_op("setns", op_setns, NULL);
+}
+
 /* ---- terminals ----------------------------------------------------------------- */
 
 #define TIOCSTI_HIGH ((unsigned long)0xdeadbeef00000000UL | TIOCSTI)
@@ -962,6 +1045,7 @@ static struct entry cases[] = {
     {"dns", case_dns, 0},
     {"http", case_http, 0},
     {"io-uring", case_io_uring, 0},
+    {"kernel-surface", case_kernel_surface, 0},
     {"userns", case_userns, 0},
     {"mount", case_mount, 0},
     {"socket-families", case_socket_families, 0},

@@ -89,3 +89,26 @@ def _protected(case: dict[str, Any], backend: str, out: Any, run: dict[str, Any]
     if touched:
         problems += _judge.audit_lists(run, touched)
     return problems
+
+
+# Syscalls the batch run's payload certainly makes and seccomp must refuse.
+DENIED_SYSCALLS = ("io_uring_setup", "ptrace", "unshare", "bpf", "keyctl", "perf_event_open")
+
+
+@pytest.mark.parametrize("user", USERS)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_denials_are_evidence(lab: Lab, backend: str, user: str) -> None:
+    """The run result says what was denied where the host can see it, and why not where not."""
+    run = lab.site(backend, user).results["batch"]
+    assert "error" not in run, run.get("error")
+    denials = run.get("denials")
+    assert denials is not None, "a sandboxed run result carries no denials"
+    if backend == "bwrap":  # bwrap 0.8 installs --seccomp without a listener
+        assert denials["observable"] is False
+        assert denials["reason"]
+        assert denials["records"] == []
+        return
+    assert denials["observable"] is True, denials
+    seen = {r["what"] for r in denials["records"] if r["layer"] == "seccomp"}
+    missing = [s for s in DENIED_SYSCALLS if not any(s in w for w in seen)]
+    assert not missing, f"denied syscalls not in the run's denials: {missing}; got {sorted(seen)}"
