@@ -20,7 +20,19 @@ from ._probe import build_probe
 
 BACKENDS = ("bwrap", "landlock")
 USERS = ("root", "nobody")
-UPSTREAM = "127.0.0.7"
+_UPSTREAM_TRIES = 20  # random loopback addresses tried for the upstream's port 80
+
+
+def _bind_upstream(r: _host.Recorder) -> str:
+    """Listen on port 80 of a random 127.x.y.z (not 127.0.0.1, a denied case)."""
+    for _ in range(_UPSTREAM_TRIES):
+        host = "127." + ".".join(str(secrets.randbelow(254) + 1) for _ in range(3))
+        try:
+            r.tcp("http-upstream", host, 80)
+        except OSError:
+            continue
+        return host
+    raise AssertionError("no free port 80 on a loopback address for the proxy's upstream")
 
 
 class Lab:
@@ -35,8 +47,8 @@ class Lab:
         self._stage: Path | None = None
         self._listen()
         self.recorder.start()
-        self.allowed_hosts = [UPSTREAM, self.values["metadata_name"]]
-        self.allowed_private = [f"{UPSTREAM}/32"]
+        self.allowed_hosts = [self.upstream, self.values["metadata_name"]]
+        self.allowed_private = [f"{self.upstream}/32"]
         self.resolver_table = {self.values["metadata_name"]: ["169.254.169.254"]}
 
     def _listen(self) -> None:
@@ -47,8 +59,7 @@ class Lab:
         v["udp_port"] = str(r.udp("udp-lo4", "127.0.0.1"))
         # The proxy's allowed upstream: an IP literal on loopback, on a default port (the
         # proxy admits 80 and 443 only), apart from 127.0.0.1 (a denied case).
-        r.tcp("http-upstream", UPSTREAM, 80)
-        v["upstream"] = UPSTREAM
+        v["upstream"] = self.upstream = _bind_upstream(r)
         v4, v6 = _host.host_addresses()
         require(bool(v4) and bool(v6), "a non-loopback IPv4 and IPv6 address on this host")
         v["eth4"], v["eth6"] = v4[0], v6[0]
