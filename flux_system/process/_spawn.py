@@ -31,6 +31,7 @@ from typing import NamedTuple
 
 from flux_system._exceptions import ProcessError, ProcessReason, SpawnError
 from flux_system.process._cgroup import CgroupPool
+from flux_system.process._confine import Confinement, Launch
 from flux_system.process._drain import devnull
 from flux_system.process._env import over, resolve_argv0
 from flux_system.process._limits import Limits, Privileges, make_preexec
@@ -56,6 +57,7 @@ class SpawnSpec(NamedTuple):
     limits: Limits | None
     privileges: Privileges
     cgroups: CgroupPool
+    confine: Confinement | None = None  # the sandbox (DESIGN §2.5): None runs unconfined
 
 
 @typing.final
@@ -71,6 +73,7 @@ class Spawned:
     stdout_fd: int
     stderr_fd: int
     target: str
+    launch: Launch | None = None  # the sandbox's launch of this child (its denials)
 
     @property
     def pid(self) -> int:
@@ -186,6 +189,8 @@ def _build_spawn(spec: SpawnSpec, ws: DirAuthority) -> Spawned:
     env = over(spec.base_env, spec.env)
     executable = resolve_argv0(target, env)
     limits = spec.limits
+    if limits is None and spec.confine is not None:
+        limits = spec.confine.default_limits()
     priv = spec.privileges
     child_uid = priv.uid if priv.uid is not None else os.geteuid()
     nproc = limits.nproc if limits is not None else None
@@ -207,6 +212,7 @@ def _build_spawn(spec: SpawnSpec, ws: DirAuthority) -> Spawned:
     cwd_fd = -1
     pidfd = -1
     probe: int | None = None
+    launch: Launch | None = None
     # Made before its __init__ runs: a signal (KeyboardInterrupt) raised out of Popen's
     # constructor after the fork (its wait for the exec) still leaves us the child's pid.
     popen: subprocess.Popen[bytes] = subprocess.Popen.__new__(subprocess.Popen)
@@ -232,31 +238,57 @@ def _build_spawn(spec: SpawnSpec, ws: DirAuthority) -> Spawned:
                 f"spawn failed: {exc.strerror}", op="run", target=target, reason=_SPAWN_FAILED
             ) from exc
         cwd_link = f"/proc/self/fd/{cwd_fd}"
+        argv = spec.argv
+        if spec.confine is not None:  # the sandbox rewrites what is exec'd (never forks)
+            launch = spec.confine.launch(argv, executable, env, cwd_fd)
+            argv, executable, env = launch.argv, launch.executable, launch.env
         tid = b"%d" % threading.get_native_id()
-        tree.enter(tid)  # this thread joins the tree's cgroup: the child is born inside
+        if launch is not None and launch.tid is not None:
+            tid = launch.tid  # the confined spawner thread forks: it joins the cgroup
+        serial = launch.serial if launch is not None else None
+        if serial is not None:
+            serial.acquire()
+        try:
+            tree.enter(tid)  # this thread joins the tree's cgroup: the child is born inside
+        except BaseException:
+            if serial is not None:
+                serial.release()
+            raise
+
+        def fork() -> None:
+            subprocess.Popen.__init__(
+                popen,
+                argv,
+                executable=executable,
+                stdin=theirs[0] if spec.with_stdin else devnull(),
+                stdout=out_w,
+                stderr=err_w,
+                cwd=cwd_link,
+                env=env,
+                close_fds=True,
+                pass_fds=launch.pass_fds if launch is not None else (),
+                start_new_session=True,  # own group, and no controlling terminal
+                umask=priv.umask if priv.umask is not None else -1,
+                user=priv.uid,
+                group=priv.gid,
+                extra_groups=[] if priv.uid is not None or priv.gid is not None else None,
+                preexec_fn=preexec,  # only for limits; no locks taken
+            )
+
         try:
             try:
-                subprocess.Popen.__init__(
-                    popen,
-                    spec.argv,
-                    executable=executable,
-                    stdin=theirs[0] if spec.with_stdin else devnull(),
-                    stdout=out_w,
-                    stderr=err_w,
-                    cwd=cwd_link,
-                    env=env,
-                    close_fds=True,
-                    start_new_session=True,  # own group, and no controlling terminal
-                    umask=priv.umask if priv.umask is not None else -1,
-                    user=priv.uid,
-                    group=priv.gid,
-                    extra_groups=[] if priv.uid is not None or priv.gid is not None else None,
-                    preexec_fn=preexec,  # only for limits; no locks taken
-                )
+                if launch is not None and launch.fork is not None:
+                    launch.fork(fork)
+                else:
+                    fork()
             except (OSError, subprocess.SubprocessError) as exc:
                 raise _translate(exc, target, cwd_link) from exc
         finally:
             tree.leave(tid)
+            if serial is not None:
+                serial.release()
+            if launch is not None:
+                launch.close_fds()
         try:
             pidfd = os.pidfd_open(popen.pid)
         except OSError as exc:  # pragma: no cover - pidfd_open on a just-forked child
@@ -275,6 +307,7 @@ def _build_spawn(spec: SpawnSpec, ws: DirAuthority) -> Spawned:
             stdout_fd=out_r,
             stderr_fd=err_r,
             target=target,
+            launch=launch,
         )
     except BaseException:
         for fd in ours:
@@ -289,5 +322,7 @@ def _build_spawn(spec: SpawnSpec, ws: DirAuthority) -> Spawned:
     finally:
         for fd in theirs:
             os.close(fd)
+        if launch is not None:
+            launch.close_fds()
         if cwd_fd >= 0:
             os.close(cwd_fd)

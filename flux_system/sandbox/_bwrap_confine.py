@@ -1,0 +1,237 @@
+"""The bubblewrap confinement of one workspace: a ``Launch`` per child.
+
+Built once per ``System``: the workspace roots (by fd), the fixed system view, the
+home directory and the paths visible inside. Per child: the protected paths are
+opened again (they change between runs), the seccomp program is reopened (its own
+file offset), and the whole command line goes into a sealed memfd for ``--args``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pwd
+import typing
+from collections.abc import Mapping
+
+import flux_system.sandbox._bwrap as _bwrap
+from flux_system._exceptions import (
+    ProcessReason,
+    SandboxReason,
+    SandboxUnavailableError,
+    SpawnError,
+)
+from flux_system.process import Limits
+from flux_system.process._confine import Denials, Launch
+from flux_system.sandbox._protected import BUILTIN_PROTECTED, Found, find_protected
+
+if typing.TYPE_CHECKING:
+    from flux_system.sandbox._sandbox import Sandbox
+
+__all__ = ["BwrapConfinement", "check_home", "workspace_roots"]
+
+LAUNCHER_DIR = "/run/flux"  # where the launcher's directory is bound inside (strict)
+_FALLBACK_HOME = "/home/flux"
+
+
+def workspace_roots(ws: object) -> list[tuple[int, str, bool]]:
+    """``(fd, physical path, writable)`` of every root of *ws* (a ``Workspace``)."""
+    roots = getattr(ws, "_roots", None)
+    if not isinstance(roots, list):
+        raise TypeError("ws must be a Workspace")
+    out = []
+    for root in roots:
+        fd = root.fd
+        try:
+            path = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError as exc:
+            raise SandboxUnavailableError(
+                f"a workspace root cannot be located: {exc.strerror}",
+                op="confine",
+                layer="bubblewrap",
+                reason=SandboxReason.LAYER_UNAVAILABLE,
+            ) from exc
+        out.append((fd, path, bool(root.writable)))
+    return out
+
+
+def _homes() -> set[str]:
+    homes = set()
+    env_home = os.environ.get("HOME")
+    if env_home and env_home.startswith("/"):
+        homes.add(os.path.realpath(env_home))
+    with contextlib.suppress(KeyError, OSError):
+        homes.add(os.path.realpath(pwd.getpwuid(os.geteuid()).pw_dir))
+    return homes
+
+
+def check_home(roots: list[tuple[int, str, bool]], allowed: bool) -> None:
+    """Refuse a writable root that is, or contains, ``$HOME`` or ``/`` (unless *allowed*).
+
+    Raises:
+        SandboxUnavailableError: ``WORKSPACE_COVERS_HOME``.
+    """
+    if allowed:
+        return
+    for _, path, writable in roots:
+        if not writable:
+            continue
+        for home in {"/", *_homes()}:
+            if home == path or home.startswith(path.rstrip("/") + "/") or path == "/":
+                what = "/" if path == "/" else f"the home directory {home}"
+                raise SandboxUnavailableError(
+                    f"the workspace {path} is or contains {what}; a sandbox would expose it "
+                    "(pass allow_home_workspace / --allow-home-workspace if this is meant)",
+                    op="confine",
+                    layer=path,
+                    reason=SandboxReason.WORKSPACE_COVERS_HOME,
+                )
+
+
+def _nested(found: list[tuple[str, Found]]) -> list[tuple[str, Found]]:
+    """Drop entries below another bound entry (a later parent bind would undo it)."""
+    leaves = {(base, f.rel) for base, f in found if f.fd is not None}
+    out = []
+    for base, f in found:
+        parts = f.rel.split("/")
+        if f.fd is not None and any(
+            (base, "/".join(parts[:i])) in leaves for i in range(1, len(parts))
+        ):
+            continue
+        out.append((base, f))
+    return out
+
+
+@typing.final
+class BwrapConfinement:
+    """What ``System`` holds for a bubblewrap sandbox (see the module docstring)."""
+
+    def __init__(self, sandbox: Sandbox, ws: object) -> None:
+        profile = sandbox.profile
+        host = sandbox.host
+        assert profile is not None and host is not None and host.bwrap.path is not None
+        self._sandbox = sandbox
+        self._bwrap = host.bwrap.path
+        self._roots = workspace_roots(ws)
+        check_home(self._roots, sandbox.settings.allow_home_workspace)
+        self._fixed, visible = _bwrap.system_view(profile.read_only, profile.etc)
+        settings = sandbox.settings
+        self._extra_ro = tuple(p for p in (*settings.read_only,) if os.path.exists(p))
+        self._extra_rw = tuple(
+            p for p in (*profile.read_write, *settings.read_write) if os.path.exists(p)
+        )
+        self._visible = (
+            visible | {p for _, p, _ in self._roots} | set(self._extra_ro) | set(self._extra_rw)
+        )
+        self._protected = (*BUILTIN_PROTECTED, *profile.protected)
+        self._net = sandbox.network != "host"
+        self._disable_userns = host.bwrap.disable_userns
+        self._seccomp = "seccomp" in sandbox._plan.active
+        self._limits = _limits(profile)
+        self._plan = sandbox._plan
+
+    def default_limits(self) -> Limits | None:
+        return self._limits
+
+    def close(self) -> None:
+        return None
+
+    def _is_visible(self, path: str) -> bool:
+        real = os.path.realpath(path)
+        for candidate in (path, real):
+            for base in self._visible:
+                if candidate == base or candidate.startswith(base.rstrip("/") + "/"):
+                    return True
+        return False
+
+    def _home(self, env: Mapping[str, str]) -> str:
+        home = env.get("HOME", "")
+        if not home.startswith("/") or os.path.normpath(home) in ("/", "/tmp", "/proc", "/dev"):
+            return _FALLBACK_HOME
+        home = os.path.normpath(home)
+        if any(home == b or home.startswith(b.rstrip("/") + "/") for b in self._visible):
+            return _FALLBACK_HOME  # a tmpfs there would hide a bound path
+        return home
+
+    def launch(
+        self, argv: tuple[str, ...], executable: str, env: Mapping[str, str], cwd_fd: int
+    ) -> Launch:
+        exe = executable if executable.startswith("/") else None
+        cwd = os.readlink(f"/proc/self/fd/{cwd_fd}")
+        if exe is None:
+            exe = os.path.normpath(os.path.join(cwd, executable))
+        if not self._is_visible(exe):
+            raise SpawnError(
+                "the command is not visible inside the sandbox (outside its filesystem view)",
+                op="run",
+                target=argv[0],
+                reason=ProcessReason.NOT_FOUND,
+            )
+        child_env = dict(env)
+        home = self._home(child_env)
+        child_env["HOME"] = home
+        if "TMPDIR" in child_env and not child_env["TMPDIR"].startswith("/tmp"):
+            child_env["TMPDIR"] = "/tmp"
+        owned: list[int] = []
+        launch = Launch(argv=(), executable=self._bwrap, env={}, owned_fds=owned)
+        try:
+            found: list[tuple[str, Found]] = []
+            for fd, path, writable in self._roots:
+                if writable:
+                    for f in find_protected(fd, self._protected):
+                        if f.fd is not None:
+                            owned.append(f.fd)
+                            owned.extend(pfd for _, pfd in f.parents)
+                        found.append((path, f))
+            seccomp_fd = None
+            if self._seccomp:
+                memfd = self._sandbox._seccomp_memfd()
+                seccomp_fd = os.open(f"/proc/self/fd/{memfd}", os.O_RDONLY | os.O_CLOEXEC)
+                owned.append(seccomp_fd)
+            command = [exe, *argv[1:]]
+            opts, fds = _bwrap.command_line(
+                fixed=self._fixed,
+                roots=self._roots,
+                protected=_nested(found),
+                extra_ro=self._extra_ro,
+                extra_rw=self._extra_rw,
+                home=home,
+                unshare_net=self._net,
+                disable_userns=self._disable_userns,
+                seccomp_fd=seccomp_fd,
+                cwd=cwd,
+                env=child_env,
+            )
+            args_fd = _bwrap.memfd_with("flux-bwrap-args", _bwrap.encode_args(opts))
+            owned.append(args_fd)
+        except OSError as exc:
+            launch.close_fds()
+            raise SpawnError(
+                f"the sandbox could not be prepared: {exc.strerror}",
+                op="run",
+                target=argv[0],
+                reason=ProcessReason.SPAWN_FAILED,
+            ) from exc
+        except BaseException:
+            launch.close_fds()
+            raise
+        launch.argv = (self._bwrap, "--args", str(args_fd), "--", *command)
+        launch.pass_fds = (args_fd, *fds)
+        launch.finish = self._finish
+        return launch
+
+    def _finish(self, code: int) -> Denials:
+        return Denials((), observable=False, reason=self._plan.denial_reason)
+
+
+def _limits(profile: typing.Any) -> Limits | None:
+    values = {
+        "nproc": profile.processes,
+        "open_files": profile.open_files,
+        "cpu_s": profile.cpu_seconds,
+        "file_size": profile.file_size,
+        "address_space": profile.address_space,
+    }
+    if all(v is None for v in values.values()):
+        return None
+    return Limits(**values)
