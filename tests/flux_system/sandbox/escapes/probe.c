@@ -797,6 +797,36 @@ static void case_kernel_surface(void) {
     run_op("setns", op_setns, NULL);
 }
 
+/* ---- foreign architecture: the i386 (int 0x80) and x32 entry points ------------- */
+
+/* A filter that only knows the x86_64 numbers lets these through (i386 numbers differ,
+ * and x32 ones carry bit 30): DESIGN 2.5 denies foreign-architecture syscalls. */
+static long i386_call(long nr, long a, long b, long c) {
+    long ret;
+    __asm__ volatile("int $0x80" : "=a"(ret) : "a"(nr), "b"(a), "c"(b), "d"(c) : "memory");
+    return ret;
+}
+
+static int i386_result(long r) { return r < 0 && r > -4096 ? (int)-r : 0; }
+
+static int op_i386_getpid(void *a, char *d, size_t n) { (void)a; (void)d; (void)n;
+    return i386_result(i386_call(20, 0, 0, 0)); }
+static int op_i386_unshare(void *a, char *d, size_t n) { (void)a; (void)d; (void)n;
+    return i386_result(i386_call(310, CLONE_NEWUSER, 0, 0)); }
+static int op_i386_socket(void *a, char *d, size_t n) { (void)a; (void)d; (void)n;
+    long fd = i386_call(359, AF_PACKET, SOCK_RAW, 0);
+    if (fd >= 0) close((int)fd);
+    return i386_result(fd); }
+static int op_x32_getpid(void *a, char *d, size_t n) { (void)a; (void)d; (void)n;
+    return syscall(0x40000000 | SYS_getpid) < 0 ? errno : 0; }
+
+static void case_foreign_arch(void) {
+    run_op("i386 getpid", op_i386_getpid, NULL);
+    run_op("i386 unshare(CLONE_NEWUSER)", op_i386_unshare, NULL);
+    run_op("i386 socket(AF_PACKET)", op_i386_socket, NULL);
+    run_op("x32 getpid", op_x32_getpid, NULL);
+}
+
 /* ---- terminals ----------------------------------------------------------------- */
 
 #define TIOCSTI_HIGH ((unsigned long)0xdeadbeef00000000UL | TIOCSTI)
@@ -1046,6 +1076,7 @@ static struct entry cases[] = {
     {"http", case_http, 0},
     {"io-uring", case_io_uring, 0},
     {"kernel-surface", case_kernel_surface, 0},
+    {"foreign-arch", case_foreign_arch, 0},
     {"userns", case_userns, 0},
     {"mount", case_mount, 0},
     {"socket-families", case_socket_families, 0},
