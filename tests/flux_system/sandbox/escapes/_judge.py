@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 from ._probe import CaseOutput
+from ._scenario import CANARY_DIRS
 
 PROTECTED_ALLOWED = {".git/objects/fx", ".git/objects/fx/probe", ".git/index"}
 # The protected-paths case: which path each step of the attack touches.
@@ -132,11 +133,9 @@ def control_host(case: dict[str, Any], site: Any) -> list[str]:
     after = site.results["_after"]
     for check in case["host"]:
         name, _, arg = check.partition(":")
-        if name == "outside-unchanged":
-            probe = case["probe"]
-            key = "ws-evil" if "evil" in probe else "linked" if "out-link" in probe else "outside"
-            if not host_diff(site, key):
-                bad.append(f"the control changed nothing in {key}")
+        if name == "unchanged":
+            if not host_diff(site, arg):
+                bad.append(f"the control changed nothing in {arg}")
         elif name == "recorder-silent":
             bad += [
                 f"listener {n} heard nothing in the control"
@@ -148,6 +147,8 @@ def control_host(case: dict[str, Any], site: Any) -> list[str]:
                 bad.append("the control killed no victim")
         elif name == "host-tmp-unchanged" and not after["tmp_plant"]:
             bad.append("the control planted nothing in the host's /tmp")
+        elif name == "host-shm-unchanged" and not after["shm_plant"]:
+            bad.append("the control planted nothing in the host's /dev/shm")
     return bad
 
 
@@ -163,8 +164,8 @@ def host_checks(case: dict[str, Any], site: Any, run: dict[str, Any]) -> list[st
     after = site.results["_after"]
     for check in case["host"]:
         name, _, arg = check.partition(":")
-        if name == "outside-unchanged":
-            for key in ("outside", "ws-evil", "linked"):
+        if name == "unchanged":
+            for key in CANARY_DIRS:
                 bad += [f"{key}/{p} {what}" for p, what in host_diff(site, key).items()]
         elif name == "recorder-silent":
             heard = {n for n in after["seen"] if n in arg.split(",")}
@@ -180,6 +181,9 @@ def host_checks(case: dict[str, Any], site: Any, run: dict[str, Any]) -> list[st
         elif name == "host-tmp-unchanged":
             if after["tmp_plant"]:
                 bad.append("a file was planted in the host's /tmp")
+        elif name == "host-shm-unchanged":
+            if after["shm_plant"]:
+                bad.append("a file was planted in the host's /dev/shm")
         elif name == "no-survivors":
             surv = run.get("survivors") or {}
             if surv.get("pids"):

@@ -30,6 +30,11 @@ BOMB_N = 2048  # forks the bomb tries: twice the default profile's process limit
 _DRIVER_TIMEOUT_S = 600  # hang guard for one site's whole plan
 RUN_TIMEOUT_S = 90.0  # hang guard for one sandboxed run
 
+# Canary directories outside the workspace (world-writable, canary files inside): one
+# per write case, so the host can tell which attack changed what.
+CANARY_DIRS = ("outside", "ws-evil", "linked", "procroot", "home", "devshm")
+_SNAPSHOTS = (*CANARY_DIRS, "wsp")
+
 # The protected-paths workspace: existing files (the rest are created by the attack).
 PROTECTED_TREE = {
     ".git/HEAD": "ref: refs/heads/main\n",
@@ -80,6 +85,7 @@ class Site:
     before: dict[str, dict[str, _host.Entry]] = field(default_factory=dict)
     results: dict[str, Any] = field(default_factory=dict)
     tmp_dir: Path | None = None
+    shm_dir: Path | None = None
     values: dict[str, str] = field(default_factory=dict)  # the lab's placeholders
 
     ws = property(lambda self: self.root / "ws")
@@ -87,6 +93,15 @@ class Site:
     probe = property(lambda self: str(self.root / "ws" / "bin" / "probe"))
     marker = property(lambda self: "fxdaemon" + self.token)
     plant = property(lambda self: "flux-escape-plant-" + self.token)
+
+    def path_of(self, key: str) -> Path:
+        """The directory a snapshot key names."""
+        if key == "wsp":
+            return Path(self.wsp)
+        if key == "devshm":
+            assert self.shm_dir is not None
+            return self.shm_dir
+        return self.root / key
 
     def output(self, run: str) -> dict[str, CaseOutput]:
         res = self.results.get(run)
@@ -123,15 +138,19 @@ def lay_out(base: Path, name: str, uid: int | None, probe: Path) -> Site:
     (site.wsp / ".git/hooks/pre-commit").chmod(0o755)
     _own(site.ws, uid)
     _own(site.wsp, uid)
-    _canary_dir(site.root / "ws-evil", "ws-evil")
-    _canary_dir(site.root / "outside", "outside")
-    _canary_dir(site.root / "linked", "linked")
+    for key in CANARY_DIRS:
+        if key != "devshm":
+            _canary_dir(site.root / key, key)
     (site.ws / "out-link").symlink_to(site.root / "linked")
     os.lchown(site.ws / "out-link", uid if uid is not None else 0, uid if uid is not None else 0)
-    key = site.root / "home" / ".ssh" / "id_ed25519"
-    key.parent.mkdir(parents=True)
-    key.write_text(f"-----BEGIN OPENSSH PRIVATE KEY-----\n{site.token}\n")
-    key.chmod(0o644)
+    ssh_key = site.root / "home" / ".ssh" / "id_ed25519"
+    ssh_key.parent.mkdir(mode=0o755)
+    ssh_key.write_text(f"-----BEGIN OPENSSH PRIVATE KEY-----\n{site.token}\n")
+    ssh_key.chmod(0o644)
+    site.shm_dir = Path("/dev/shm", f"flux-escape-host-{site.token}")
+    _canary_dir(site.shm_dir, "devshm")
+    (site.shm_dir / "secret").write_text(f"shm:{site.token}\n")
+    (site.shm_dir / "secret").chmod(0o644)
     (site.root / "held-secret").write_text(f"held:{site.token}\n")
     (site.root / "held-secret").chmod(0o644)
     site.tmp_dir = Path("/tmp", f"flux-escape-host-{site.token}")
@@ -140,12 +159,7 @@ def lay_out(base: Path, name: str, uid: int | None, probe: Path) -> Site:
     (site.tmp_dir / "canary").chmod(0o644)
     for v in ("victim", "sig1", "sig2", "sig3"):
         site.victims[v] = _host.start_victim(uid, site.token)
-    site.before = {
-        "outside": _host.snapshot(site.root / "outside"),
-        "ws-evil": _host.snapshot(site.root / "ws-evil"),
-        "linked": _host.snapshot(site.root / "linked"),
-        "wsp": _host.snapshot(site.wsp),
-    }
+    site.before = {k: _host.snapshot(site.path_of(k)) for k in _SNAPSHOTS}
     return site
 
 
@@ -154,6 +168,9 @@ def fill(template: str, site: Site, lab: Any) -> str:
         "outside": str(site.root / "outside"),
         "ws": str(site.ws),
         "evil": str(site.root / "ws-evil"),
+        "procroot": f"/proc/{site.victims['victim'].pid}/root{site.root / 'procroot'}",
+        "shm": str(site.shm_dir),
+        "shm_name": site.shm_dir.name if site.shm_dir else "",
         "token": site.token,
         "parent_token": site.parent_token,
         "needle": site.token[::-1],
@@ -212,7 +229,12 @@ def plan_for(site: Site, lab: Any, backend: str | None) -> dict[str, Any]:
         runs.append(run("proxy-resolver", network="proxy"))
     return {
         "workspace": str(site.ws),
-        "secret_env": {"FLUX_ESCAPE_PARENT_SECRET": site.parent_token},
+        # HOME is the site's fake home while the runs last: a sandbox that failed to
+        # hide it exposes a decoy, never the real home of the user running the tests.
+        "secret_env": {
+            "FLUX_ESCAPE_PARENT_SECRET": site.parent_token,
+            "HOME": str(site.root / "home"),
+        },
         "inherit_file": str(site.root / "held-secret"),
         "runs": runs,
     }
@@ -226,13 +248,11 @@ def execute(site: Site, lab: Any, backend: str | None) -> None:
     else:
         site.results = _stage.run_driver_as(site.uid, lab.stage(), plan, _DRIVER_TIMEOUT_S)
     site.results["_after"] = {
-        "outside": _host.snapshot(site.root / "outside"),
-        "ws-evil": _host.snapshot(site.root / "ws-evil"),
-        "linked": _host.snapshot(site.root / "linked"),
-        "wsp": _host.snapshot(site.wsp),
+        **{k: _host.snapshot(site.path_of(k)) for k in _SNAPSHOTS},
         "survivors": _host.processes_with(site.marker),
         "victims_alive": {k: v.poll() is None for k, v in site.victims.items()},
         "tmp_plant": Path("/tmp", site.plant).exists(),
+        "shm_plant": Path("/dev/shm", site.plant).exists(),
         "seen": lab.recorder.seen(site.wire),
     }
     for pid in site.results["_after"]["survivors"]:  # the control's daemon: ours to kill
@@ -243,8 +263,10 @@ def tear_down(site: Site) -> None:
     _host.stop(list(site.victims.values()))
     for pid in _host.processes_with(site.marker):
         os.kill(pid, 9)
-    if site.tmp_dir is not None:
-        shutil.rmtree(site.tmp_dir, ignore_errors=True)
-    plant = Path("/tmp", site.plant)
-    if plant.exists():
-        plant.unlink()
+    for d in (site.tmp_dir, site.shm_dir):
+        if d is not None:
+            shutil.rmtree(d, ignore_errors=True)
+    for base in ("/tmp", "/dev/shm"):
+        plant = Path(base, site.plant)
+        if plant.exists():
+            plant.unlink()

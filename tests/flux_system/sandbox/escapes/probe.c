@@ -202,8 +202,10 @@ static int op_chmod(void *a, char *d, size_t n) { (void)d; (void)n;
 static int op_mkfifo(void *a, char *d, size_t n) { (void)d; (void)n;
     return mkfifo(join(a, "planted-fifo"), 0644) ? errno : 0; }
 
+/* fs-write=DIR: DIR "$HOME" is the home the sandbox gives the payload. */
 static void case_fs_write(void) {
     char *dir = (char *)arg_str(0);
+    if (strcmp(dir, "$HOME") == 0) dir = getenv("HOME") ? getenv("HOME") : "/nonexistent";
     run_op("create", op_create, dir);
     run_op("append", op_append, dir);
     run_op("truncate", op_truncate, dir);
@@ -921,9 +923,12 @@ static void case_fd_leak(void) {
     end_case(info);
 }
 
-/* tmp=TOKEN|HOST_CANARY_PATH|HOST_DIR_NAME|PLANT_NAME */
+/* tmp=TOKEN|HOST_CANARY_PATH|HOST_DIR_NAME|PLANT_NAME[|BASE]: BASE is /tmp by default
+ * (/dev/shm is the other shared scratch place). */
+static const char *tmp_base = "/tmp";
+
 static int op_tmp_list(void *a, char *d, size_t n) { (void)d; (void)n;
-    DIR *dir = opendir("/tmp");
+    DIR *dir = opendir(tmp_base);
     if (!dir) return errno;
     struct dirent *de;
     int found = 0;
@@ -934,11 +939,12 @@ static int op_tmp_list(void *a, char *d, size_t n) { (void)d; (void)n;
 
 static int op_tmp_plant(void *a, char *d, size_t n) { (void)d; (void)n;
     char p[512];
-    snprintf(p, sizeof p, "/tmp/%s", (const char *)a);
+    snprintf(p, sizeof p, "%s/%s", tmp_base, (const char *)a);
     return write_file(p, O_CREAT | O_EXCL, "escaped\n");
 }
 
 static void case_tmp(void) {
+    if (nargs > 4) tmp_base = arg_str(4);
     struct tokpath tp = {arg_str(1), needle(0)};
     run_op("read-host-file", op_read, &tp);
     run_op("list-host-dir", op_tmp_list, (void *)arg_str(2));
