@@ -18,9 +18,11 @@ _BACKENDS = (("bwrap", "bubblewrap + seccomp"), ("landlock", "Landlock-only + se
 
 
 def _cell(case: dict[str, Any], backend: str) -> str:
-    finding = case.get("finding", {}).get(backend)
-    if finding:
-        return f"**escapes** (open finding: {finding})"
+    findings = case.get("finding", {})
+    hits = {k: v for k, v in findings.items() if k == backend or k.startswith(backend + "/")}
+    if hits:
+        who = ", ".join(sorted(k.partition("/")[2] or "all users" for k in hits))
+        return f"**escapes** ({who}; open finding: {'; '.join(sorted(set(hits.values())))})"
     expect = str(case["expect"][backend])
     if expect == "blocked":
         return "stopped" if case["judge"] != "must-work" else "works (as it must)"
