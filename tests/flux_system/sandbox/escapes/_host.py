@@ -173,7 +173,9 @@ def stop(procs: list[subprocess.Popen[bytes]]) -> None:
         p.wait(timeout=10)
 
 
-Entry = tuple[str, int, int, str]  # type, mode, size, sha256 or link target
+Entry = tuple[
+    str, int, int, str, int, int, str
+]  # type, mode, size, sha256/target, uid, mtime_ns, xattrs
 
 
 def snapshot(root: Path) -> dict[str, Entry]:
@@ -187,16 +189,24 @@ def snapshot(root: Path) -> dict[str, Entry]:
                 continue
             st = path.lstat()
             mode = stat.S_IMODE(st.st_mode)
+            meta = (st.st_uid, st.st_mtime_ns, _xattrs(path))
             if stat.S_ISLNK(st.st_mode):
-                out[rel] = ("link", mode, 0, os.readlink(path))
+                out[rel] = ("link", mode, 0, os.readlink(path), st.st_uid, 0, "")
             elif stat.S_ISREG(st.st_mode):
                 digest = hashlib.sha256(path.read_bytes()).hexdigest()
-                out[rel] = ("file", mode, st.st_size, digest)
+                out[rel] = ("file", mode, st.st_size, digest, *meta)
             elif stat.S_ISDIR(st.st_mode):
-                out[rel] = ("dir", mode, 0, "")
+                out[rel] = ("dir", mode, 0, "", st.st_uid, 0, meta[2])  # dir mtime: see diff
             else:
-                out[rel] = ("other", mode, st.st_size, "")
+                out[rel] = ("other", mode, st.st_size, "", *meta)
     return out
+
+
+def _xattrs(path: Path) -> str:
+    try:
+        return ",".join(sorted(os.listxattr(path, follow_symlinks=False)))
+    except OSError:
+        return "?"
 
 
 def diff(before: dict[str, Entry], after: dict[str, Entry]) -> dict[str, str]:

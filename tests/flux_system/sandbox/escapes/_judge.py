@@ -10,7 +10,6 @@ import json
 from typing import Any
 
 from ._probe import CaseOutput
-from ._scenario import CANARY_DIRS
 
 PROTECTED_ALLOWED = {".git/objects/fx", ".git/objects/fx/probe", ".git/index"}
 # The protected-paths case: which path each step of the attack touches.
@@ -137,10 +136,11 @@ def control_host(case: dict[str, Any], site: Any) -> list[str]:
             if not host_diff(site, arg):
                 bad.append(f"the control changed nothing in {arg}")
         elif name == "recorder-silent":
+            heard = after["seen"].get(case["run"], {})
             bad += [
                 f"listener {n} heard nothing in the control"
                 for n in arg.split(",")
-                if n not in after["seen"]
+                if n not in heard
             ]
         elif name == "victims-alive":
             if all(after["victims_alive"][k] for k in ("sig1", "sig2", "sig3")):
@@ -165,15 +165,17 @@ def host_checks(case: dict[str, Any], site: Any, run: dict[str, Any]) -> list[st
     for check in case["host"]:
         name, _, arg = check.partition(":")
         if name == "unchanged":
-            for key in CANARY_DIRS:
-                bad += [f"{key}/{p} {what}" for p, what in host_diff(site, key).items()]
+            bad += [f"{arg}/{p} {what}" for p, what in host_diff(site, arg).items()]
         elif name == "recorder-silent":
-            heard = {n for n in after["seen"] if n in arg.split(",")}
-            bad += [f"host listener {n} received the token" for n in sorted(heard)]
-        elif name == "upstream-silent":
+            heard = after["seen"].get(case["run"], {})
             bad += [
-                f"upstream {n} received the token" for n in after["seen"] if n.startswith("http")
+                f"host listener {n} received the token"
+                for n in sorted(heard)
+                if n in arg.split(",")
             ]
+        elif name == "upstream-silent":
+            heard = after["seen"].get(case["run"], {})
+            bad += [f"upstream {n} received the token" for n in heard if n.startswith("http")]
         elif name == "victims-alive":
             bad += [
                 f"victim {k} was killed" for k, alive in after["victims_alive"].items() if not alive

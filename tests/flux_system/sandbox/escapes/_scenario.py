@@ -79,7 +79,8 @@ class Site:
     uid: int | None
     token: str = field(default_factory=lambda: "fx" + secrets.token_hex(10))
     parent_token: str = field(default_factory=lambda: "fp" + secrets.token_hex(10))
-    wire: str = field(default_factory=lambda: "fw" + secrets.token_hex(10))
+    # Data sent over sockets: one token per run, so a listener names the run it heard.
+    wires: dict[str, str] = field(default_factory=dict)
     wire_ok: str = field(default_factory=lambda: "fo" + secrets.token_hex(10))
     victims: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     before: dict[str, dict[str, _host.Entry]] = field(default_factory=dict)
@@ -93,6 +94,9 @@ class Site:
     probe = property(lambda self: str(self.root / "ws" / "bin" / "probe"))
     marker = property(lambda self: "fxdaemon" + self.token)
     plant = property(lambda self: "flux-escape-plant-" + self.token)
+
+    def wire(self, run: str) -> str:
+        return self.wires.setdefault(run, "fw" + secrets.token_hex(10))
 
     def path_of(self, key: str) -> Path:
         """The directory a snapshot key names."""
@@ -116,12 +120,15 @@ def _own(path: Path, uid: int | None) -> None:
             os.lchown(p, uid, uid)
 
 
-def _canary_dir(path: Path, name: str) -> None:
+def _canary_dir(path: Path, name: str, uid: int | None) -> None:
+    """A world-writable directory of canaries owned by *uid* (the sandbox's caller):
+    what that user could change there, the sandbox must not let it."""
     path.mkdir(mode=0o777)
     path.chmod(0o777)
     for f in ("canary", "victim", "victim2"):
         (path / f).write_text(f"CANARY:{name}/{f}\n")
         (path / f).chmod(0o666)
+    _own(path, uid)
 
 
 def lay_out(base: Path, name: str, uid: int | None, probe: Path) -> Site:
@@ -140,7 +147,7 @@ def lay_out(base: Path, name: str, uid: int | None, probe: Path) -> Site:
     _own(site.wsp, uid)
     for key in CANARY_DIRS:
         if key != "devshm":
-            _canary_dir(site.root / key, key)
+            _canary_dir(site.root / key, key, uid)
     (site.ws / "out-link").symlink_to(site.root / "linked")
     os.lchown(site.ws / "out-link", uid if uid is not None else 0, uid if uid is not None else 0)
     ssh_key = site.root / "home" / ".ssh" / "id_ed25519"
@@ -148,7 +155,7 @@ def lay_out(base: Path, name: str, uid: int | None, probe: Path) -> Site:
     ssh_key.write_text(f"-----BEGIN OPENSSH PRIVATE KEY-----\n{site.token}\n")
     ssh_key.chmod(0o644)
     site.shm_dir = Path("/dev/shm", f"flux-escape-host-{site.token}")
-    _canary_dir(site.shm_dir, "devshm")
+    _canary_dir(site.shm_dir, "devshm", uid)
     (site.shm_dir / "secret").write_text(f"shm:{site.token}\n")
     (site.shm_dir / "secret").chmod(0o644)
     (site.root / "held-secret").write_text(f"held:{site.token}\n")
@@ -163,7 +170,7 @@ def lay_out(base: Path, name: str, uid: int | None, probe: Path) -> Site:
     return site
 
 
-def fill(template: str, site: Site, lab: Any) -> str:
+def fill(template: str, site: Site, lab: Any, run: str) -> str:
     values = {
         "outside": str(site.root / "outside"),
         "ws": str(site.ws),
@@ -174,7 +181,7 @@ def fill(template: str, site: Site, lab: Any) -> str:
         "token": site.token,
         "parent_token": site.parent_token,
         "needle": site.token[::-1],
-        "wire": site.wire,
+        "wire": site.wire(run),
         "wire_ok": site.wire_ok,
         "parent_needle": site.parent_token[::-1],
         "home_key": str(site.root / "home" / ".ssh" / "id_ed25519"),
@@ -196,7 +203,7 @@ def fill(template: str, site: Site, lab: Any) -> str:
 
 
 def specs(run: str, site: Site, lab: Any) -> list[str]:
-    return [f"{c['id']}:{fill(c['probe'], site, lab)}" for c in CASES if c["run"] == run]
+    return [f"{c['id']}:{fill(c['probe'], site, lab, run)}" for c in CASES if c["run"] == run]
 
 
 def plan_for(site: Site, lab: Any, backend: str | None) -> dict[str, Any]:
@@ -253,7 +260,7 @@ def execute(site: Site, lab: Any, backend: str | None) -> None:
         "victims_alive": {k: v.poll() is None for k, v in site.victims.items()},
         "tmp_plant": Path("/tmp", site.plant).exists(),
         "shm_plant": Path("/dev/shm", site.plant).exists(),
-        "seen": lab.recorder.seen(site.wire),
+        "seen": {run: lab.recorder.seen(token) for run, token in site.wires.items()},
     }
     for pid in site.results["_after"]["survivors"]:  # the control's daemon: ours to kill
         os.kill(pid, 9)

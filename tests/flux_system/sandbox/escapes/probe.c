@@ -45,6 +45,7 @@
 #include <sys/uio.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <sys/xattr.h>
 #include <termios.h>
 #include <time.h>
 #include <unistd.h>
@@ -199,6 +200,15 @@ static int op_symlink(void *a, char *d, size_t n) { (void)d; (void)n;
     return symlink("/", join(a, "planted-link")) ? errno : 0; }
 static int op_chmod(void *a, char *d, size_t n) { (void)d; (void)n;
     return chmod(join(a, "canary"), 0777) ? errno : 0; }
+/* Metadata writes: Landlock (ABI 7) has no right for these, so only a view that hides
+ * the file, or a filter, stops them. */
+static int op_utimes(void *a, char *d, size_t n) { (void)d; (void)n;
+    struct timespec ts[2] = {{0, 0}, {0, 0}};
+    return utimensat(AT_FDCWD, join(a, "canary"), ts, 0) ? errno : 0; }
+static int op_chown(void *a, char *d, size_t n) { (void)d; (void)n;
+    return chown(join(a, "canary"), getuid(), getgid()) ? errno : 0; }
+static int op_setxattr(void *a, char *d, size_t n) { (void)d; (void)n;
+    return setxattr(join(a, "canary"), "user.flux-escape", "1", 1, 0) ? errno : 0; }
 static int op_mkfifo(void *a, char *d, size_t n) { (void)d; (void)n;
     return mkfifo(join(a, "planted-fifo"), 0644) ? errno : 0; }
 
@@ -214,6 +224,9 @@ static void case_fs_write(void) {
     run_op("rename", op_rename, dir);
     run_op("symlink", op_symlink, dir);
     run_op("chmod", op_chmod, dir);
+    run_op("utimes", op_utimes, dir);
+    run_op("chown", op_chown, dir);
+    run_op("setxattr", op_setxattr, dir);
     run_op("mkfifo", op_mkfifo, dir);
 }
 
