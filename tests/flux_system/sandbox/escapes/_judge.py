@@ -6,12 +6,10 @@ failing test prints every broken step at once, with the probe's own words.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from ._probe import CaseOutput
 
-PROTECTED_ALLOWED = {".git/objects/fx", ".git/objects/fx/probe", ".git/index"}
 # The protected-paths case: which path each step of the attack touches.
 PROTECTED_OP_PATHS = {
     "hook-overwrite": ".git/hooks/pre-commit",
@@ -30,6 +28,19 @@ PROTECTED_OP_PATHS = {
     "vscode-rename-parent": ".vscode",
 }
 FUNCTIONAL_OPS = ("objects-writable", "index-writable")
+# The names the attack aims at, each with everything beneath it (DESIGN 2.5's list).
+PROTECTED_PREFIXES = (
+    ".git/hooks",
+    ".git/config",
+    ".bashrc",
+    ".profile",
+    ".zshrc",
+    ".vscode",
+    ".idea",
+    ".envrc",
+    ".mcp.json",
+    ".claude",
+)
 _EMPTY_CAPS = "0000000000000000"
 
 
@@ -158,6 +169,25 @@ def host_diff(site: Any, key: str) -> dict[str, str]:
     return diff(site.before[key], site.results["_after"][key])
 
 
+def _protected_name(rel: str) -> bool:
+    return any(rel == p or rel.startswith(p + "/") for p in PROTECTED_PREFIXES)
+
+
+def protected_changes(site: Any) -> dict[str, str]:
+    """Changes under the protected names of the protected-paths workspace.
+
+    Content, type, mode and owner count; the modification time does not (a restore
+    writes a fresh copy). Names outside the protected set (``.vscode-old`` left by a
+    rename the audit undid) are not the audit's to remove.
+    """
+    from ._host import diff
+
+    def strip(snap: dict[str, Any]) -> dict[str, Any]:
+        return {k: (*v[:5], 0, v[6]) for k, v in snap.items() if _protected_name(k)}
+
+    return diff(strip(site.before["wsp"]), strip(site.results["_after"]["wsp"]))
+
+
 def host_checks(case: dict[str, Any], site: Any, run: dict[str, Any]) -> list[str]:
     """The host's view: nothing outside changed, no listener heard the token, ..."""
     bad: list[str] = []
@@ -195,9 +225,7 @@ def host_checks(case: dict[str, Any], site: Any, run: dict[str, Any]) -> list[st
             if after["survivors"]:
                 bad.append(f"daemon pids {after['survivors']} outlived the driver")
         elif name == "protected-restored":
-            changed = {
-                p: w for p, w in host_diff(site, "wsp").items() if p not in PROTECTED_ALLOWED
-            }
+            changed = protected_changes(site)
             bad += [f"protected workspace: {p} {w} after the run" for p, w in changed.items()]
         else:
             raise AssertionError(f"unknown host check {check!r}")
@@ -205,12 +233,18 @@ def host_checks(case: dict[str, Any], site: Any, run: dict[str, Any]) -> list[st
 
 
 def audit_lists(run: dict[str, Any], paths: list[str]) -> list[str]:
-    """Each of *paths* the attack touched must appear in the run's audit record."""
+    """Each of *paths* the attack touched must appear in the run's audit record, itself
+    or through a parent the audit reports as replaced (``.vscode`` for its files)."""
     audit = run.get("audit")
     if audit is None:
         return ["the run result carries no audit record (post-run audit of protected paths)"]
-    text = json.dumps(audit)
-    return [f"the audit does not mention {p}" for p in paths if p not in text]
+    named = {str(r.get("path")) for r in audit.get("records", []) if isinstance(r, dict)}
+
+    def covered(path: str) -> bool:
+        parts = path.split("/")
+        return any("/".join(parts[:i]) in named for i in range(1, len(parts) + 1))
+
+    return [f"the audit does not report {p}" for p in paths if not covered(p)]
 
 
 def report_gap(report: Any, guarantee: str) -> list[str]:
