@@ -40,11 +40,13 @@ class Recorder:
         self._got.setdefault(name, bytearray())
         self._sel.register(sock, selectors.EVENT_READ, (name, kind))
 
-    def tcp(self, name: str, host: str, port: int = 0) -> int:
-        """Listen on TCP *host*:*port*; return the port."""
+    def tcp(self, name: str, host: str, port: int = 0, *, dual_stack: bool = False) -> int:
+        """Listen on TCP *host*:*port* (*dual_stack*: IPv4-mapped too); return the port."""
         fam = socket.AF_INET6 if ":" in host else socket.AF_INET
         s = socket.socket(fam, socket.SOCK_STREAM)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if dual_stack:
+            s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
         s.bind((host, port))
         s.listen(16)
         self._listen(name, s, "accept")

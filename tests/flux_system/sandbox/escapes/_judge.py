@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from tests._capabilities import require
+
 from ._probe import CaseOutput
 
 # The protected-paths case: which path each step of the attack touches.
@@ -108,6 +110,12 @@ def control_shows(case: dict[str, Any], user: str, out: CaseOutput | None, site:
         return []
     if out is None:
         return ["the probe printed nothing for this case in the control"]
+    needs = case.get("control_requires")
+    if needs is not None:
+        require(needs["op"] in out.worked(), f"{needs['what']} ({out.ops.get(needs['op'])})")
+    if want == "tiocsti":
+        tty_layer = [k for k, v in out.ops.items() if k.startswith("fd") and v.startswith("ENOTTY")]
+        return [] if out.worked() or len(tty_layer) == 6 else [f"control: {out.ops}"]
     if isinstance(want, list):
         names = [n.format(**site.values) for n in want]
         missing = [n for n in names if n not in out.worked()]

@@ -61,10 +61,15 @@ class Lab:
         # proxy admits 80 and 443 only), apart from 127.0.0.1 (a denied case).
         v["upstream"] = self.upstream = _bind_upstream(r)
         v4, v6 = _host.host_addresses()
-        require(bool(v4) and bool(v6), "a non-loopback IPv4 and IPv6 address on this host")
-        v["eth4"], v["eth6"] = v4[0], v6[0]
+        require(bool(v4), "a non-loopback IPv4 address on this host")
+        v["eth4"] = v4[0]
         v["eth4_port"] = str(r.tcp("tcp-eth4", v4[0]))
-        v["eth6_port"] = str(r.tcp("tcp-eth6", v6[0]))
+        if v6:
+            v["eth6"] = v6[0]
+            v["eth6_port"] = str(r.tcp("tcp-eth6", v6[0]))
+        else:  # no IPv6 address here: an AF_INET6 socket to the IPv4 one, v4-mapped
+            v["eth6"] = "::ffff:" + v4[0]
+            v["eth6_port"] = str(r.tcp("tcp-eth6", "::", dual_stack=True))
         port = r.udp("dns-udp", "127.0.0.1", dns=True)
         r.tcp("dns-tcp", "127.0.0.1", port)
         v["dns_port"] = str(port)
