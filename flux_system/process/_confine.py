@@ -40,8 +40,10 @@ class Denial:
 class Denials:
     """What a sandboxed run was denied, as far as the host could observe.
 
-    ``observable`` is ``False`` when the backend cannot see denials at all (``reason``
-    says why); ``records`` is then empty and means nothing.
+    ``records`` holds every denial seen (seccomp on the Landlock backend, the egress
+    proxy's refusals, the protected-path audit). ``observable`` is ``False`` when some
+    layer's denials cannot be seen at all (``reason`` says which and why): an empty
+    ``records`` then does not mean nothing was denied.
     """
 
     records: tuple[Denial, ...] = ()
@@ -65,6 +67,7 @@ class Launch:
     pass_fds: tuple[int, ...] = ()
     fork: Callable[[Callable[[], None]], None] | None = None
     tid: bytes | None = None
+    started: Callable[[int], None] | None = None  # told the child's pid once it runs
     finish: Callable[[int], Denials] | None = None
     serial: threading.Lock | None = None  # held by the builder from cgroup entry to exit
     owned_fds: list[int] = field(default_factory=list)

@@ -296,6 +296,8 @@ def _build_spawn(spec: SpawnSpec, ws: DirAuthority) -> Spawned:
                 "pidfd_open failed", op="run", target=target, reason=_SPAWN_FAILED
             ) from exc
         tree.started(popen.pid, pidfd)
+        if launch is not None and launch.started is not None:
+            launch.started(popen.pid)
         for fd in ours:
             os.set_blocking(fd, False)
         return Spawned(

@@ -9,6 +9,7 @@ file offset), and the whole command line goes into a sealed memfd for ``--args``
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import pwd
 import typing
@@ -23,14 +24,16 @@ from flux_system._exceptions import (
 )
 from flux_system.process import Limits
 from flux_system.process._confine import Denials, Launch
+from flux_system.sandbox._extras import RunExtras
 from flux_system.sandbox._protected import BUILTIN_PROTECTED, Found, find_protected
 
 if typing.TYPE_CHECKING:
     from flux_system.sandbox._sandbox import Sandbox
 
-__all__ = ["BwrapConfinement", "check_home", "workspace_roots"]
+__all__ = ["BwrapConfinement", "check_home", "limits_of", "workspace_roots"]
 
 LAUNCHER_DIR = "/run/flux"  # where the launcher's directory is bound inside (strict)
+_DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty")
 _FALLBACK_HOME = "/home/flux"
 
 
@@ -127,8 +130,48 @@ class BwrapConfinement:
         self._net = sandbox.network != "host"
         self._disable_userns = host.bwrap.disable_userns
         self._seccomp = "seccomp" in sandbox._plan.active
-        self._limits = _limits(profile)
+        self._limits = limits_of(profile)
         self._plan = sandbox._plan
+        self._unobserved = Denials((), observable=False, reason=self._plan.denial_reason)
+        self._launcher: tuple[str, list[str]] | None = None
+        needs_launcher = self._plan.landlock_inside or sandbox.network == "proxy"
+        if needs_launcher and self._plan.python is not None:
+            self._launcher = (self._plan.python, self._launcher_binds(self._plan.python))
+        self._writable = tuple(p for _, p, w in self._roots if w)
+        self._landlock_read = (
+            *visible,
+            *(p for _, p, w in self._roots if not w),
+            *self._extra_ro,
+            "/proc",
+        )
+        self._landlock_write = (
+            *(p for _, p, w in self._roots if w),
+            *self._extra_rw,
+            "/tmp",
+            "/dev/shm",
+            *_DEVICES,
+        )
+
+    def _launcher_binds(self, python: str) -> list[str]:
+        """Bind the launcher's directory (and the interpreter when outside the view)."""
+        here = os.path.dirname(os.path.realpath(__file__))
+        opts = ["--ro-bind", here, LAUNCHER_DIR]
+        if not self._is_visible(python):
+            prefix = os.path.dirname(os.path.dirname(python))
+            opts += ["--ro-bind", prefix, prefix]
+            self._visible = self._visible | {prefix}
+        return opts
+
+    def _launcher_spec(self, home: str) -> bytes:
+        no_net = self._net and self._sandbox.network == "none"
+        landlock = {
+            "read": list(self._landlock_read),
+            "write": [*self._landlock_write, home],
+            "tcp_bind": [] if no_net else None,
+            "tcp_connect": [] if no_net else None,
+            "scope": True,
+        }
+        return json.dumps({"landlock": landlock, "rlimits": []}).encode()
 
     def default_limits(self) -> Limits | None:
         return self._limits
@@ -173,6 +216,7 @@ class BwrapConfinement:
         if "TMPDIR" in child_env and not child_env["TMPDIR"].startswith("/tmp"):
             child_env["TMPDIR"] = "/tmp"
         owned: list[int] = []
+        extras: RunExtras | None = None
         launch = Launch(argv=(), executable=self._bwrap, env={}, owned_fds=owned)
         try:
             found: list[tuple[str, Found]] = []
@@ -188,7 +232,22 @@ class BwrapConfinement:
                 memfd = self._sandbox._seccomp_memfd()
                 seccomp_fd = os.open(f"/proc/self/fd/{memfd}", os.O_RDONLY | os.O_CLOEXEC)
                 owned.append(seccomp_fd)
+            extras = RunExtras(self._sandbox, self._writable, self._protected)
+            launch.finish = lambda code: extras.finish(self._unobserved)
+            if extras.proxy is not None:
+                child_env.update(extras.proxy.env)
             command = [exe, *argv[1:]]
+            spec_fd = -1
+            if self._launcher is not None:
+                python, _ = self._launcher
+                command = [python, "-I", "-S", f"{LAUNCHER_DIR}/_launcher.py"]
+                if self._plan.landlock_inside:
+                    spec_fd = _bwrap.memfd_with("flux-launcher-spec", self._launcher_spec(home))
+                    owned.append(spec_fd)
+                    command += ["--spec", str(spec_fd)]
+                if extras.proxy is not None:
+                    command += list(extras.proxy.launcher_args)
+                command += ["--", exe, *argv[1:]]
             opts, fds = _bwrap.command_line(
                 fixed=self._fixed,
                 roots=self._roots,
@@ -202,10 +261,18 @@ class BwrapConfinement:
                 cwd=cwd,
                 env=child_env,
             )
+            if self._launcher is not None:
+                opts += self._launcher[1]
+            if spec_fd >= 0:
+                fds.append(spec_fd)
+            if extras.proxy is not None:
+                opts += list(extras.proxy.bwrap_args)
             args_fd = _bwrap.memfd_with("flux-bwrap-args", _bwrap.encode_args(opts))
             owned.append(args_fd)
         except OSError as exc:
             launch.close_fds()
+            if extras is not None:
+                extras.abort()
             raise SpawnError(
                 f"the sandbox could not be prepared: {exc.strerror}",
                 op="run",
@@ -214,17 +281,15 @@ class BwrapConfinement:
             ) from exc
         except BaseException:
             launch.close_fds()
+            if extras is not None:
+                extras.abort()
             raise
         launch.argv = (self._bwrap, "--args", str(args_fd), "--", *command)
         launch.pass_fds = (args_fd, *fds)
-        launch.finish = self._finish
         return launch
 
-    def _finish(self, code: int) -> Denials:
-        return Denials((), observable=False, reason=self._plan.denial_reason)
 
-
-def _limits(profile: typing.Any) -> Limits | None:
+def limits_of(profile: typing.Any) -> Limits | None:
     values = {
         "nproc": profile.processes,
         "open_files": profile.open_files,

@@ -43,7 +43,9 @@ class Plan:
 
 def launcher_python() -> tuple[str | None, str]:
     """An interpreter this user can run for the in-sandbox launcher, and why not."""
-    for candidate in (sys.executable, "/usr/bin/python3"):
+    # The system interpreter first: it lies inside the default view (no extra bind) and
+    # every user can run it; the launcher needs only the standard library.
+    for candidate in ("/usr/bin/python3", sys.executable):
         if candidate and os.path.isabs(candidate) and os.access(candidate, os.X_OK):
             try:
                 real = os.path.realpath(candidate)
@@ -108,11 +110,25 @@ def plan(settings: SandboxSettings, profile: Profile | None, host: HostInfo | No
         active.add("landlock")
         if avail["seccomp"]:
             active.add("seccomp")
+    proxy_missing = False
+    if network == "proxy" and backend == "bwrap" and "bubblewrap" in active:
+        if python is None:
+            python, why = launcher_python()
+            if python is None:
+                proxy_missing = True
+                reasons["proxy"] = f"the proxy forwarder needs the launcher: {why}"
+    elif network == "proxy" and backend == "landlock":
+        proxy_missing = True
+        reasons["proxy"] = "no network namespace on the Landlock-only backend: network none"
+    if proxy_missing:
+        network = "none"  # fail closed: no network rather than the host's
     elif backend != "none" and not avail.get("bubblewrap", False):
         backend = "none" if settings.mode == "on" else backend
     if not active:
         backend = "none" if settings.mode == "on" else backend
     missing = tuple(layer for layer in LAYERS if layer in required and layer not in active)
+    if proxy_missing:
+        missing = (*missing, "proxy")
     denial = BWRAP_DENIALS if backend == "bwrap" else LANDLOCK_DENIALS
     if backend == "none":
         denial = "no sandbox layer is active"

@@ -34,6 +34,7 @@ __all__ = [
     "NotifReq",
     "NotifResp",
     "act_errno",
+    "install_bpf",
     "load",
 ]
 
@@ -205,6 +206,51 @@ class LibSeccomp:
 
     def notify_respond(self, fd: int, resp: typing.Any) -> None:
         _check(self._lib.seccomp_notify_respond(fd, resp), "seccomp_notify_respond")
+
+
+_SECCOMP_SET_MODE_FILTER = 1
+_SECCOMP_FILTER_FLAG_NEW_LISTENER = 1 << 3
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_: typing.ClassVar = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def install_bpf(lib: LibSeccomp, program: bytes, *, new_listener: bool) -> int:
+    """Install the BPF *program* on the calling thread; return its listener fd (or -1).
+
+    The ``seccomp(2)`` call is made here rather than by ``seccomp_load``: libseccomp
+    keeps one notification fd per process, which two spawners would share (and one
+    would close under the other). Requires ``no_new_privs`` (or CAP_SYS_ADMIN).
+
+    Raises:
+        OSError: the kernel refused the program.
+    """
+    if len(program) % 8 or not program:
+        raise OSError(22, "malformed BPF program")
+    buf = ctypes.create_string_buffer(program, len(program))
+    prog = _SockFprog(len(program) // 8, ctypes.cast(buf, ctypes.c_void_p))
+    nr = lib.resolve("seccomp")
+    if nr is None:
+        raise OSError(38, "no seccomp syscall")
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    flags = _SECCOMP_FILTER_FLAG_NEW_LISTENER if new_listener else 0
+    rc = int(
+        libc.syscall(
+            ctypes.c_long(nr),
+            ctypes.c_uint(_SECCOMP_SET_MODE_FILTER),
+            ctypes.c_uint(flags),
+            ctypes.byref(prog),
+        )
+    )
+    if rc < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"seccomp(SET_MODE_FILTER): {os.strerror(err)}")
+    if new_listener:
+        os.set_inheritable(rc, False)
+        return rc
+    return -1
 
 
 _lock = threading.Lock()

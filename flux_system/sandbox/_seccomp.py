@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import flux_system.sandbox._libseccomp as L
 
-__all__ = ["DENIED_SYSCALLS", "FilterSpec", "build", "export_memfd"]
+__all__ = ["DENIED_SYSCALLS", "FilterSpec", "build", "export_bytes", "export_memfd"]
 
 DENIED_SYSCALLS: tuple[str, ...] = (
     "ptrace",
@@ -75,6 +75,18 @@ DENIED_SYSCALLS: tuple[str, ...] = (
     "lookup_dcookie",
     "quotactl",
     "nfsservctl",
+    "iopl",
+    "ioperm",
+    "settimeofday",
+    "clock_settime",
+    "clock_adjtime",
+    "adjtimex",
+    "stime",
+    "sethostname",
+    "setdomainname",
+    "vhangup",
+    "fanotify_init",
+    "name_to_handle_at",
 )
 
 CLONE_NS_FLAGS: tuple[int, ...] = (
@@ -174,6 +186,20 @@ def export_memfd(lib: L.LibSeccomp, spec: FilterSpec) -> int:
         return fd
     finally:
         lib.release(ctx)
+
+
+def export_bytes(lib: L.LibSeccomp, spec: FilterSpec) -> bytes:
+    """The BPF program of *spec* as bytes (``struct sock_filter`` records).
+
+    Raises:
+        OSError: libseccomp failed.
+    """
+    fd = export_memfd(lib, spec)
+    try:
+        size = os.fstat(fd).st_size
+        return os.pread(fd, size, 0)
+    finally:
+        os.close(fd)
 
 
 def _seal(fd: int) -> None:

@@ -1,0 +1,149 @@
+"""Egress proxy benchmark: a GET through the forwarder and the guarded proxy vs direct.
+
+Run: ``python bench/bench_proxy.py``. Prints ratios measured side by side in this run
+(interleaved rounds, medians) and records them under ``proxy`` in bench/results.json.
+:func:`proxy_figures` is what bench/bench_sandbox.py may call for its ``proxy`` row.
+
+Every party is its own process, as in a sandboxed run: the origin server (asyncio,
+fixed 2 KiB response), the host-side :class:`EgressProxy` (StaticResolver, loopback
+granted), the forwarder (what runs inside the sandbox) and this process as the
+client. Baselines:
+
+1. ``plain``: a plain-HTTP GET through forwarder → proxy (guard, dial, rewritten
+   head, one request per connection: the proxy asks upstream to close) vs a direct GET
+   on a new connection each time — the fair baseline, as the proxied path cannot
+   reuse connections.
+2. ``tunnel``: GETs on one keep-alive ``CONNECT`` tunnel vs direct keep-alive GETs on
+   one connection — the cost of the two relays per request, what an HTTPS client pays
+   once its tunnel is up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench._common import record, side_by_side  # noqa: E402
+
+SERVER = r"""
+import asyncio
+BODY = b"x" * 2048
+HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n" % len(BODY)
+class P(asyncio.Protocol):
+    def connection_made(self, t): self.t, self.buf = t, b""
+    def data_received(self, data):
+        self.buf += data
+        while b"\r\n\r\n" in self.buf:
+            head, self.buf = self.buf.split(b"\r\n\r\n", 1)
+            self.t.write(HEAD + BODY)
+            if b"connection: close" in head.lower():
+                self.t.close()
+async def main():
+    srv = await asyncio.get_running_loop().create_server(P, "127.0.0.1", 0)
+    print(srv.sockets[0].getsockname()[1], flush=True)
+    await asyncio.sleep(3600)
+asyncio.run(main())
+"""
+
+PROXY = r"""
+import sys, time
+from flux_system.net import StaticResolver
+from flux_system.sandbox._proxy import EgressProxy, ProxySettings
+port = int(sys.argv[1])
+settings = ProxySettings(allow_hosts=("api.bench.test",), allow_private=("127.0.0.0/8",),
+                         ports=frozenset({port}))
+with EgressProxy(settings, resolver=StaticResolver({"api.bench.test": ["127.0.0.1"]})) as p:
+    print(p.socket_path, flush=True)
+    sys.stdin.read()
+"""
+
+FORWARDER = r"""
+import sys
+from flux_system.sandbox._forwarder import bind_listener, serve
+listener = bind_listener(0)
+print(listener.getsockname()[1], flush=True)
+serve(listener, sys.argv[1])
+"""
+
+
+@contextlib.contextmanager
+def _process(code: str, *args: str) -> Iterator[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        cwd=ROOT,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        yield proc.stdout.readline().strip()
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def _get(conn: http.client.HTTPConnection, target: str, close: bool) -> None:
+    conn.request("GET", target, headers={"Connection": "close"} if close else {})
+    resp = conn.getresponse()
+    body = resp.read()
+    assert resp.status == 200 and len(body) == 2048, resp.status
+
+
+def proxy_figures(*, number: int = 300, rounds: int = 7) -> dict[str, Any]:
+    """Measure both ratios (see the module docstring); returns the figures."""
+    with (
+        _process(SERVER) as server_port,
+        _process(PROXY, server_port) as socket_path,
+        _process(FORWARDER, socket_path) as forwarder_port,
+    ):
+        sport, fport = int(server_port), int(forwarder_port)
+        url = f"http://api.bench.test:{sport}/x"
+
+        def direct_new() -> None:
+            conn = http.client.HTTPConnection("127.0.0.1", sport, timeout=10)
+            _get(conn, "/x", close=True)
+            conn.close()
+
+        def proxied_new() -> None:
+            conn = http.client.HTTPConnection("127.0.0.1", fport, timeout=10)
+            _get(conn, url, close=True)
+            conn.close()
+
+        plain = side_by_side(proxied_new, direct_new, number=number, rounds=rounds)
+
+        direct = http.client.HTTPConnection("127.0.0.1", sport, timeout=10)
+        tunnel = http.client.HTTPConnection("127.0.0.1", fport, timeout=10)
+        tunnel.set_tunnel("api.bench.test", sport)
+        tunnelled = side_by_side(
+            lambda: _get(tunnel, "/x", close=False),
+            lambda: _get(direct, "/x", close=False),
+            number=number * 3,
+            rounds=rounds,
+        )
+        direct.close()
+        tunnel.close()
+    return {
+        "plain_get_new_connection": plain,
+        "tunnel_get_keepalive": tunnelled,
+    }
+
+
+def main() -> None:
+    figures = proxy_figures()
+    for name, fig in figures.items():
+        proxied, direct = fig["candidate_s"] * 1e6, fig["baseline_s"] * 1e6
+        print(f"{name}: {fig['ratio']:.2f}x  ({proxied:.0f} us proxied vs {direct:.0f} us direct)")
+    record("proxy", figures)
+
+
+if __name__ == "__main__":
+    main()
