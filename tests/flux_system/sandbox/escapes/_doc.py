@@ -26,6 +26,8 @@ def _cell(case: dict[str, Any], backend: str) -> str:
     expect = str(case["expect"][backend])
     if expect == "blocked":
         return "stopped" if case["judge"] != "must-work" else "works (as it must)"
+    if expect.startswith("fallback:"):
+        return f"n/a: falls back to network {expect.removeprefix('fallback:')} (reported)"
     guarantee = expect.removeprefix("gap:")
     return f"not stopped; reported: `{guarantee}` not enforced"
 

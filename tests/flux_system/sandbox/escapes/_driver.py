@@ -74,7 +74,7 @@ def _sandboxed(run: dict[str, Any], workspace: Path) -> dict[str, Any]:
     from flux_system import System, Workspace
 
     api = importlib.import_module("flux_system.sandbox")
-    out: dict[str, Any] = {}
+    out: dict[str, Any] = {"workspace": str(workspace)}
     sandbox = make_sandbox(run["settings"])
     out["report"] = plain(sandbox.report())
     out["backend"] = getattr(sandbox, "backend", None)

@@ -240,13 +240,26 @@ def host_checks(case: dict[str, Any], site: Any, run: dict[str, Any]) -> list[st
     return bad
 
 
+def _audited_paths(run: dict[str, Any]) -> set[str] | None:
+    """Workspace-relative paths the run's audit reported: records of an audit object,
+    or the result's denial records of layer ``protected_paths`` (``what`` = root/path)."""
+    audit = run.get("audit")
+    if isinstance(audit, dict):
+        return {str(r.get("path")) for r in audit.get("records", []) if isinstance(r, dict)}
+    denials = run.get("denials")
+    if not isinstance(denials, dict):
+        return None
+    root = str(run.get("workspace", "")).rstrip("/") + "/"
+    records = [r for r in denials.get("records", []) if r.get("layer") == "protected_paths"]
+    return {str(r["what"]).removeprefix(root) for r in records}
+
+
 def audit_lists(run: dict[str, Any], paths: list[str]) -> list[str]:
     """Each of *paths* the attack touched must appear in the run's audit record, itself
     or through a parent the audit reports as replaced (``.vscode`` for its files)."""
-    audit = run.get("audit")
-    if audit is None:
+    named = _audited_paths(run)
+    if named is None:
         return ["the run result carries no audit record (post-run audit of protected paths)"]
-    named = {str(r.get("path")) for r in audit.get("records", []) if isinstance(r, dict)}
 
     def covered(path: str) -> bool:
         parts = path.split("/")

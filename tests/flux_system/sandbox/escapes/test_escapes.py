@@ -74,6 +74,11 @@ def test_attack_fails(lab: Lab, case: dict[str, Any], backend: str, user: str) -
         assert out is not None
         problems += _protected(case, backend, out, run)
     expect = case["expect"][backend]
+    if expect.startswith("fallback:"):
+        # This backend cannot give the run's network mode: the report must say which.
+        network = (run.get("report") or {}).get("network")
+        assert network == expect.removeprefix("fallback:"), f"{case['id']}: network {network!r}"
+        return
     if expect.startswith("gap:"):
         # This backend cannot stop the attack: then its report must say so.
         gap = _judge.report_gap(run.get("report"), expect.removeprefix("gap:"))
