@@ -89,11 +89,29 @@ class Site:
     shm_dir: Path | None = None
     values: dict[str, str] = field(default_factory=dict)  # the lab's placeholders
 
-    ws = property(lambda self: self.root / "ws")
-    wsp = property(lambda self: self.root / "wsp")
-    probe = property(lambda self: str(self.root / "ws" / "bin" / "probe"))
-    marker = property(lambda self: "fxdaemon" + self.token)
-    plant = property(lambda self: "flux-escape-plant-" + self.token)
+    @property
+    def ws(self) -> Path:
+        """The workspace of the batch, daemon, fork-bomb and proxy runs."""
+        return self.root / "ws"
+
+    @property
+    def wsp(self) -> Path:
+        """The protected-paths workspace."""
+        return self.root / "wsp"
+
+    @property
+    def probe(self) -> str:
+        return str(self.ws / "bin" / "probe")
+
+    @property
+    def marker(self) -> str:
+        """In the daemon's argv: how the host finds a survivor."""
+        return "fxdaemon" + self.token
+
+    @property
+    def plant(self) -> str:
+        """The name the /tmp and /dev/shm cases try to create on the host."""
+        return "flux-escape-plant-" + self.token
 
     def wire(self, run: str) -> str:
         return self.wires.setdefault(run, "fw" + secrets.token_hex(10))
@@ -101,7 +119,7 @@ class Site:
     def path_of(self, key: str) -> Path:
         """The directory a snapshot key names."""
         if key == "wsp":
-            return Path(self.wsp)
+            return self.wsp
         if key == "devshm":
             assert self.shm_dir is not None
             return self.shm_dir
