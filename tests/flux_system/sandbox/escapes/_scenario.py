@@ -32,7 +32,7 @@ RUN_TIMEOUT_S = 90.0  # hang guard for one sandboxed run
 
 # Canary directories outside the workspace (world-writable, canary files inside): one
 # per write case, so the host can tell which attack changed what.
-CANARY_DIRS = ("outside", "ws-evil", "linked", "procroot", "home", "devshm")
+CANARY_DIRS = ("outside", "ws-evil", "linked", "procroot", "home", "roroot", "devshm")
 _SNAPSHOTS = (*CANARY_DIRS, "wsp")
 
 # The protected-paths workspace: existing files (the rest are created by the attack).
@@ -193,6 +193,7 @@ def fill(template: str, site: Site, lab: Any, run: str) -> str:
         "outside": str(site.root / "outside"),
         "ws": str(site.ws),
         "evil": str(site.root / "ws-evil"),
+        "roroot": str(site.root / "roroot"),
         "procroot": f"/proc/{site.victims['victim'].pid}/root{site.root / 'procroot'}",
         "shm": str(site.shm_dir),
         "shm_name": site.shm_dir.name if site.shm_dir else "",
@@ -237,6 +238,8 @@ def plan_for(site: Site, lab: Any, backend: str | None) -> dict[str, Any]:
                 if network == "proxy"
                 else settings_for(backend, network)
             )
+            if name == "batch":
+                r["settings"]["read_only"] = [str(site.root / "roroot")]
             if name == "protected":
                 r["settings"]["audit"] = True
         r.update(extra)

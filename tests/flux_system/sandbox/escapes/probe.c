@@ -209,6 +209,28 @@ static int op_chown(void *a, char *d, size_t n) { (void)d; (void)n;
     return chown(join(a, "canary"), getuid(), getgid()) ? errno : 0; }
 static int op_setxattr(void *a, char *d, size_t n) { (void)d; (void)n;
     return setxattr(join(a, "canary"), "user.flux-escape", "1", 1, 0) ? errno : 0; }
+/* Hard-link an outside file into the workspace (the cwd), then write through the link:
+ * the inode is outside even if the name is inside (Landlock's REFER right). */
+static int op_hardlink(void *a, char *d, size_t n) {
+    char link_name[64];
+    snprintf(link_name, sizeof link_name, "./.flux-hardlink-%d", (int)getpid());
+    if (link(join(a, "canary"), link_name) != 0) { int e = errno; snprintf(d, n, "link"); return e; }
+    int e = write_file(link_name, O_APPEND, "escaped via hard link\n");
+    unlink(link_name);
+    return e;
+}
+
+/* Create a file in the workspace and rename it out (creation outside by other means). */
+static int op_rename_out(void *a, char *d, size_t n) {
+    char src[64];
+    snprintf(src, sizeof src, "./.flux-rename-out-%d", (int)getpid());
+    int e = write_file(src, O_CREAT | O_EXCL, "escaped by rename\n");
+    if (e) { snprintf(d, n, "create inside"); return e; }
+    e = rename(src, join(a, "renamed-out")) ? errno : 0;
+    unlink(src);
+    return e;
+}
+
 static int op_mkfifo(void *a, char *d, size_t n) { (void)d; (void)n;
     return mkfifo(join(a, "planted-fifo"), 0644) ? errno : 0; }
 
@@ -228,6 +250,8 @@ static void case_fs_write(void) {
     run_op("chown", op_chown, dir);
     run_op("setxattr", op_setxattr, dir);
     run_op("mkfifo", op_mkfifo, dir);
+    run_op("hardlink", op_hardlink, dir);
+    run_op("rename-out", op_rename_out, dir);
 }
 
 /* Read *path*; "ok" only when the content holds the token (the secret was read). */
