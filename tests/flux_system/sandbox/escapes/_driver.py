@@ -57,15 +57,7 @@ def make_sandbox(settings: dict[str, Any]) -> Any:
     import importlib
 
     api = importlib.import_module("flux_system.sandbox")  # loudly missing until it exists
-    settings = dict(settings)
-    table = settings.pop("_resolver", None)
-    resolved = api.SandboxSettings(**settings)
-    if table is None:
-        return api.Sandbox.resolve(resolved)
-    # The proxy's host-side resolver, given to Sandbox.resolve (a TypeError here means
-    # the public API offers no way to choose it: the case fails loudly).
-    net = importlib.import_module("flux_system.net")
-    return api.Sandbox.resolve(resolved, resolver=net.StaticResolver(table))
+    return api.Sandbox.resolve(api.SandboxSettings(**settings))
 
 
 def _sandboxed(run: dict[str, Any], workspace: Path) -> dict[str, Any]:

@@ -33,6 +33,7 @@ class Recorder:
     _socks: list[socket.socket] = field(default_factory=list)
     _thread: threading.Thread | None = None
     _stop: bool = False
+    answers: dict[str, str] = field(default_factory=dict)  # DNS name -> IPv4 address
 
     def _listen(self, name: str, sock: socket.socket, kind: str) -> None:
         sock.setblocking(False)
@@ -53,7 +54,8 @@ class Recorder:
         return int(s.getsockname()[1])
 
     def udp(self, name: str, host: str, port: int = 0, *, dns: bool = False) -> int:
-        """Receive datagrams on *host*:*port* (answering as a DNS server when *dns*)."""
+        """Receive datagrams on *host*:*port* (answering as a DNS server when *dns*:
+        the names of :attr:`answers` with their A record, any other NXDOMAIN)."""
         fam = socket.AF_INET6 if ":" in host else socket.AF_INET
         s = socket.socket(fam, socket.SOCK_DGRAM)
         s.bind((host, port))
@@ -101,12 +103,36 @@ class Recorder:
             if name.startswith("http"):  # the proxy cases' upstream: any request is a 200
                 sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
             elif name.startswith("dns"):  # a TCP DNS query: answer so the client sees one
-                sock.sendall(len(data[2:]).to_bytes(2, "big") + _nxdomain(data[2:]))
+                reply = self._dns_reply(data[2:])
+                sock.sendall(len(reply).to_bytes(2, "big") + reply)
         else:
             data, peer = sock.recvfrom(_RECV)
             self._record(name, data)
             if kind == "dns":
-                sock.sendto(_nxdomain(data), peer)
+                sock.sendto(self._dns_reply(data), peer)
+
+    def _dns_reply(self, query: bytes) -> bytes:
+        """An A answer for a name of :attr:`answers`, an empty one for its other types,
+        NXDOMAIN for anything else (or for what does not parse as a query)."""
+        import dns.message
+        import dns.rcode
+        import dns.rdatatype
+        import dns.rrset
+
+        try:
+            msg = dns.message.from_wire(query)
+        except Exception:
+            return _nxdomain(query)
+        reply = dns.message.make_response(msg)
+        question = msg.question[0] if msg.question else None
+        name = question.name.to_text(omit_final_dot=True).lower() if question else ""
+        if name not in self.answers:
+            reply.set_rcode(dns.rcode.NXDOMAIN)
+        elif question is not None and question.rdtype == dns.rdatatype.A:
+            reply.answer.append(
+                dns.rrset.from_text(question.name, 60, "IN", "A", self.answers[name])
+            )
+        return bytes(reply.to_wire())
 
     def seen(self, token: str) -> dict[str, bytes]:
         """Listeners that received *token* (or, for a bare connect, the marker)."""

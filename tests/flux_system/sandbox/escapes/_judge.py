@@ -214,6 +214,13 @@ def host_checks(case: dict[str, Any], site: Any, run: dict[str, Any]) -> list[st
         elif name == "upstream-silent":
             heard = after["seen"].get(case["run"], {})
             bad += [f"upstream {n} received the token" for n in heard if n.startswith("http")]
+        elif name == "proxy-resolved":
+            # The refusal must be the guard's verdict on the answer, not a dead lookup.
+            if not after["resolver_asked"]:
+                bad.append("the proxy never asked the lab's DNS server (nothing was tested)")
+            denials = (run.get("denials") or {}).get("records", [])
+            if not any(r.get("layer") == "proxy" and site.metadata_name in str(r) for r in denials):
+                bad.append(f"no proxy denial record names {site.metadata_name}: {denials}")
         elif name == "victims-alive":
             bad += [
                 f"victim {k} was killed" for k, alive in after["victims_alive"].items() if not alive

@@ -62,13 +62,11 @@ def settings_for(backend: str, network: str, **extra: Any) -> dict[str, Any]:
     return {"mode": mode, "profile": "default", "network": network, "backend": backend, **extra}
 
 
-def proxy_settings(backend: str, lab: Any, *, resolver: bool = False) -> dict[str, Any]:
-    """Network proxy; with *resolver*, the proxy resolves through the lab's static table
-    (``_resolver`` is turned into a ``StaticResolver`` by the driver)."""
-    extra: dict[str, Any] = {"allow_hosts": lab.allowed_hosts, "allow_private": lab.allowed_private}
-    if resolver:
-        extra["_resolver"] = lab.resolver_table
-    return settings_for(backend, "proxy", **extra)
+def proxy_settings(backend: str, lab: Any, site: Site) -> dict[str, Any]:
+    """Network proxy: the lab's upstream allowed, and the site's metadata alias (a name
+    the lab's DNS server answers with 169.254.169.254)."""
+    hosts = [*lab.allowed_hosts, site.metadata_name]
+    return settings_for(backend, "proxy", allow_hosts=hosts, allow_private=lab.allowed_private)
 
 
 @dataclass
@@ -107,6 +105,11 @@ class Site:
     def marker(self) -> str:
         """In the daemon's argv: how the host finds a survivor."""
         return "fxdaemon" + self.token
+
+    @property
+    def metadata_name(self) -> str:
+        """Allowed for the proxy; the lab's DNS server answers it with 169.254.169.254."""
+        return f"metadata-{self.token}.test"
 
     @property
     def plant(self) -> str:
@@ -149,8 +152,10 @@ def _canary_dir(path: Path, name: str, uid: int | None) -> None:
     _own(path, uid)
 
 
-def lay_out(base: Path, name: str, uid: int | None, probe: Path) -> Site:
-    """Create the site *name* under *base* for a sandbox caller of *uid*."""
+def lay_out(lab: Any, name: str, uid: int | None) -> Site:
+    """Create the site *name* under the lab's base for a sandbox caller of *uid*."""
+    base: Path = lab.base
+    probe: Path = lab.probe
     site = Site(base / name, uid)
     site.root.mkdir(mode=0o755)
     for ws in (site.ws, site.wsp):
@@ -185,6 +190,7 @@ def lay_out(base: Path, name: str, uid: int | None, probe: Path) -> Site:
     for v in ("victim", "sig1", "sig2", "sig3"):
         site.victims[v] = _host.start_victim(uid, site.token)
     site.before = {k: _host.snapshot(site.path_of(k)) for k in _SNAPSHOTS}
+    lab.recorder.answers[site.metadata_name] = "169.254.169.254"
     return site
 
 
@@ -194,6 +200,7 @@ def fill(template: str, site: Site, lab: Any, run: str) -> str:
         "ws": str(site.ws),
         "evil": str(site.root / "ws-evil"),
         "roroot": str(site.root / "roroot"),
+        "metadata_name": site.metadata_name,
         "procroot": f"/proc/{site.victims['victim'].pid}/root{site.root / 'procroot'}",
         "shm": str(site.shm_dir),
         "shm_name": site.shm_dir.name if site.shm_dir else "",
@@ -234,7 +241,7 @@ def plan_for(site: Site, lab: Any, backend: str | None) -> dict[str, Any]:
         r["argv"] = [site.probe, *specs(name, site, lab)]
         if backend is not None:
             r["settings"] = (
-                proxy_settings(backend, lab, resolver=name == "proxy-resolver")
+                proxy_settings(backend, lab, site)
                 if network == "proxy"
                 else settings_for(backend, network)
             )
@@ -271,10 +278,20 @@ def plan_for(site: Site, lab: Any, backend: str | None) -> dict[str, Any]:
 def execute(site: Site, lab: Any, backend: str | None) -> None:
     """Run the site's plan as its user; then kill any survivor the control left."""
     plan = plan_for(site, lab, backend)
+    # The proxy-resolver run resolves through the lab's DNS server: its driver runs in
+    # a mount namespace of its own, with the lab's resolv.conf over /etc/resolv.conf.
+    isolated = {**plan, "runs": [r for r in plan["runs"] if r["name"] == "proxy-resolver"]}
+    plan["runs"] = [r for r in plan["runs"] if r["name"] != "proxy-resolver"]
     if site.uid is None:
         site.results = _driver.execute(plan)
     else:
         site.results = _stage.run_driver_as(site.uid, lab.stage(), plan, _DRIVER_TIMEOUT_S)
+    if isolated["runs"]:
+        site.results.update(
+            _stage.run_driver_as(
+                site.uid, lab.stage(), isolated, _DRIVER_TIMEOUT_S, resolv_conf=lab.resolv_conf
+            )
+        )
     site.results["_after"] = {
         **{k: _host.snapshot(site.path_of(k)) for k in _SNAPSHOTS},
         "survivors": _host.processes_with(site.marker),
@@ -282,6 +299,7 @@ def execute(site: Site, lab: Any, backend: str | None) -> None:
         "tmp_plant": Path("/tmp", site.plant).exists(),
         "shm_plant": Path("/dev/shm", site.plant).exists(),
         "seen": {run: lab.recorder.seen(token) for run, token in site.wires.items()},
+        "resolver_asked": bool(lab.recorder.seen(site.metadata_name.split(".")[0])),
     }
     for pid in site.results["_after"]["survivors"]:  # the control's daemon: ours to kill
         os.kill(pid, 9)

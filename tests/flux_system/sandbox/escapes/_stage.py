@@ -106,11 +106,26 @@ def interpreter_for(uid: int) -> str:
     raise AssertionError("unreachable")
 
 
-def run_driver_as(uid: int, stage: Path, plan: dict[str, Any], timeout: float) -> dict[str, Any]:
-    """Run the staged driver as *uid* on *plan*; its JSON result (or a loud failure)."""
-    exe = interpreter_for(uid)
+def run_driver_as(
+    uid: int | None,
+    stage: Path,
+    plan: dict[str, Any],
+    timeout: float,
+    *,
+    resolv_conf: Path | None = None,
+) -> dict[str, Any]:
+    """Run the staged driver as *uid* (``None``: this user) on *plan*; its JSON result.
+
+    With *resolv_conf*, the driver runs in a mount namespace of its own where that file
+    is bound over /etc/resolv.conf (so the host-side resolvers it starts use it).
+    """
+    exe = sys.executable if uid is None else interpreter_for(uid)
+    argv = [*user_prefix(uid), exe, "-s", "-E", str(stage / "driver.py")]
+    if resolv_conf is not None:
+        mount = 'mount --bind "$0" /etc/resolv.conf && exec "$@"'
+        argv = ["unshare", "--mount", "--", "sh", "-c", mount, str(resolv_conf), *argv]
     proc = subprocess.run(
-        [*user_prefix(uid), exe, "-s", "-E", str(stage / "driver.py")],
+        argv,
         input=json.dumps({**plan, "lib": str(stage / "lib")}),
         capture_output=True,
         text=True,

@@ -20,19 +20,22 @@ from ._probe import build_probe
 
 BACKENDS = ("bwrap", "landlock")
 USERS = ("root", "nobody")
-_UPSTREAM_TRIES = 20  # random loopback addresses tried for the upstream's port 80
+_UPSTREAM_TRIES = 20  # random loopback addresses tried for a fixed port
 
 
-def _bind_upstream(r: _host.Recorder) -> str:
-    """Listen on port 80 of a random 127.x.y.z (not 127.0.0.1, a denied case)."""
+def _bind_random_loopback(r: _host.Recorder, name: str, port: int, *, udp: bool = False) -> str:
+    """Listen on *port* of a random 127.x.y.z (never 127.0.0.1: the proxy cases deny it)."""
     for _ in range(_UPSTREAM_TRIES):
         host = "127." + ".".join(str(secrets.randbelow(254) + 1) for _ in range(3))
         try:
-            r.tcp("http-upstream", host, 80)
+            if udp:
+                r.udp(name, host, port, dns=True)
+            else:
+                r.tcp(name, host, port)
         except OSError:
             continue
         return host
-    raise AssertionError("no free port 80 on a loopback address for the proxy's upstream")
+    raise AssertionError(f"no free port {port} on a loopback address for {name}")
 
 
 class Lab:
@@ -47,9 +50,8 @@ class Lab:
         self._stage: Path | None = None
         self._listen()
         self.recorder.start()
-        self.allowed_hosts = [self.upstream, self.values["metadata_name"]]
+        self.allowed_hosts = [self.upstream]
         self.allowed_private = [f"{self.upstream}/32"]
-        self.resolver_table = {self.values["metadata_name"]: ["169.254.169.254"]}
 
     def _listen(self) -> None:
         r = self.recorder
@@ -59,7 +61,7 @@ class Lab:
         v["udp_port"] = str(r.udp("udp-lo4", "127.0.0.1"))
         # The proxy's allowed upstream: an IP literal on loopback, on a default port (the
         # proxy admits 80 and 443 only), apart from 127.0.0.1 (a denied case).
-        v["upstream"] = self.upstream = _bind_upstream(r)
+        v["upstream"] = self.upstream = _bind_random_loopback(r, "http-upstream", 80)
         v4, v6 = _host.host_addresses()
         require(bool(v4), "a non-loopback IPv4 address on this host")
         v["eth4"] = v4[0]
@@ -70,6 +72,12 @@ class Lab:
         else:  # no IPv6 address here: an AF_INET6 socket to the IPv4 one, v4-mapped
             v["eth6"] = "::ffff:" + v4[0]
             v["eth6_port"] = str(r.tcp("tcp-eth6", "::", dual_stack=True))
+        # The host's resolver for the proxy-resolver run: port 53 of a loopback address,
+        # named by a resolv.conf bound over /etc/resolv.conf in that run's mount namespace.
+        resolver = _bind_random_loopback(r, "dns-answer", 53, udp=True)
+        self.resolv_conf = self.base / "resolv.conf"
+        self.resolv_conf.write_text(f"nameserver {resolver}\n")
+        self.resolv_conf.chmod(0o644)
         port = r.udp("dns-udp", "127.0.0.1", dns=True)
         r.tcp("dns-tcp", "127.0.0.1", port)
         v["dns_port"] = str(port)
@@ -79,7 +87,6 @@ class Lab:
         name = "flux-escape-" + secrets.token_hex(8)
         r.unix("unix-abstract", b"\0" + name.encode())
         v["abstract"] = "@" + name
-        v["metadata_name"] = "metadata-alias.test"
 
     def stage(self) -> Path:
         if self._stage is None:
@@ -92,7 +99,7 @@ class Lab:
         key = f"{backend or 'control'}-{user}"
         if key not in self._sites:
             uid = None if user == "root" else _scenario.NOBODY
-            site = _scenario.lay_out(self.base, key, uid, self.probe)
+            site = _scenario.lay_out(self, key, uid)
             site.values = dict(self.values)
             self._sites[key] = site
             _scenario.execute(site, self, backend)
