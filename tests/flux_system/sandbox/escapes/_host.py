@@ -16,10 +16,14 @@ import socket
 import stat
 import subprocess
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 _RECV = 65536
+_IDLE_POLL_S = 0.05  # the recorder's select timeout: one idle round
+_SETTLE_GUARD_S = 10.0  # hang guard for settle()
+_KILL_GRACE_S = 0.3  # a SIGKILL sent is delivered well within this
 _VICTIM_LIFETIME_S = "600"  # the victims are killed by the fixture long before
 
 
@@ -34,6 +38,8 @@ class Recorder:
     _thread: threading.Thread | None = None
     _stop: bool = False
     answers: dict[str, str] = field(default_factory=dict)  # DNS name -> IPv4 address
+    _idle: threading.Condition = field(default_factory=threading.Condition)
+    _idle_rounds: int = 0
 
     def _listen(self, name: str, sock: socket.socket, kind: str) -> None:
         sock.setblocking(False)
@@ -81,11 +87,27 @@ class Recorder:
 
     def _loop(self) -> None:
         while not self._stop:
-            for key, _ in self._sel.select(timeout=0.2):
+            events = self._sel.select(timeout=_IDLE_POLL_S)
+            for key, _ in events:
                 name, kind = key.data
                 sock: socket.socket = key.fileobj  # type: ignore[assignment]
                 with contextlib.suppress(OSError):
                     self._handle(sock, name, kind)
+            if not events:
+                with self._idle:
+                    self._idle_rounds += 1
+                    self._idle.notify_all()
+
+    def settle(self) -> None:
+        """Return once everything already queued to the listeners has been read.
+
+        Two idle rounds that began after this call: a connection already queued is
+        accepted, read and closed before the loop can go idle again.
+        """
+        with self._idle:
+            target = self._idle_rounds + 2
+            ok = self._idle.wait_for(lambda: self._idle_rounds >= target, _SETTLE_GUARD_S)
+        assert ok, "the host listeners did not settle (recorder thread stuck?)"
 
     def _handle(self, sock: socket.socket, name: str, kind: str) -> None:
         if kind == "accept":
@@ -135,14 +157,11 @@ class Recorder:
         return bytes(reply.to_wire())
 
     def seen(self, token: str) -> dict[str, bytes]:
-        """Listeners that received *token* (or, for a bare connect, the marker)."""
+        """Listeners that received *token*, after everything queued was read."""
+        self.settle()
         needle = token.encode()
         with self._lock:
             return {n: bytes(d) for n, d in self._got.items() if needle in d}
-
-    def connections(self) -> dict[str, int]:
-        with self._lock:
-            return {n: d.count(b"<connect>") for n, d in self._got.items()}
 
     def close(self) -> None:
         self._stop = True
@@ -192,6 +211,12 @@ def start_victim(uid: int | None, token: str) -> subprocess.Popen[bytes]:
         start_new_session=True,
         stdin=subprocess.DEVNULL,
     )
+
+
+def alive_after_grace(procs: dict[str, subprocess.Popen[bytes]]) -> dict[str, bool]:
+    """Which victims still live, after a grace for a SIGKILL already sent to land."""
+    time.sleep(_KILL_GRACE_S)
+    return {name: p.poll() is None for name, p in procs.items()}
 
 
 def stop(procs: list[subprocess.Popen[bytes]]) -> None:

@@ -295,7 +295,7 @@ def execute(site: Site, lab: Any, backend: str | None) -> None:
     site.results["_after"] = {
         **{k: _host.snapshot(site.path_of(k)) for k in _SNAPSHOTS},
         "survivors": _host.processes_with(site.marker),
-        "victims_alive": {k: v.poll() is None for k, v in site.victims.items()},
+        "victims_alive": _host.alive_after_grace(site.victims),
         "tmp_plant": Path("/tmp", site.plant).exists(),
         "shm_plant": Path("/dev/shm", site.plant).exists(),
         "seen": {run: lab.recorder.seen(token) for run, token in site.wires.items()},
