@@ -21,9 +21,9 @@ import typing
 
 from flux_system.process._confine import Denial, Denials
 from flux_system.sandbox._audit import ProtectedPathAudit
-from flux_system.sandbox._proxy_run import ProxyRun, as_denials
 
 if typing.TYPE_CHECKING:
+    from flux_system.sandbox._proxy_run import ProxyRun
     from flux_system.sandbox._sandbox import Sandbox
 
 __all__ = ["RunExtras"]
@@ -49,6 +49,9 @@ class RunExtras:
             if settings.audit and writable_roots:
                 self._audit = ProtectedPathAudit(writable_roots, paths=protected)
             if sandbox.network == "proxy":
+                # Imported here: flux_system.net (httpx, dnspython) only when it is used.
+                from flux_system.sandbox._proxy_run import ProxyRun
+
                 self.proxy = ProxyRun(
                     allow_hosts=(*profile.allow_hosts, *settings.allow_hosts),
                     allow_private=(*profile.allow_private, *settings.allow_private),
@@ -68,6 +71,8 @@ class RunExtras:
         self._done = True
         records: list[Denial] = list(base.records)
         if self.proxy is not None:
+            from flux_system.sandbox._proxy_run import as_denials
+
             records += as_denials(self.proxy.finish())
         if self._audit is not None:
             try:
