@@ -93,10 +93,11 @@ class Workspace(Mutations):
     roots are reachable only that way and only for reading. A path is ``str`` or
     ``os.PathLike[str]`` (bytes and anything else: ``TypeError`` naming the argument);
     a file literally named ``@x`` is ``"./@x"``. A final symlink is followed (beneath
-    the root) by reads, :meth:`append_bytes`, :meth:`stat`, :meth:`chmod`,
-    :meth:`exists`; it is acted on itself by :meth:`write_bytes` (replaced),
-    :meth:`remove` and :meth:`rename`. A trailing ``/`` asks for a directory and
-    follows a final symlink, as in POSIX.
+    the root) by reads, every write (:meth:`write_bytes`, :meth:`copy`'s destination,
+    :meth:`append_bytes`: written *through*, the link kept), :meth:`stat`,
+    :meth:`chmod`, :meth:`exists`; it is acted on itself by :meth:`remove` and
+    :meth:`rename`. A trailing ``/`` asks for a directory and follows a final symlink,
+    as in POSIX.
 
     Guarantee: no operation reads, creates, changes or deletes anything outside its
     root: no ``..`` (even transiently), no symlink (absolute, relative, dangling,
