@@ -105,3 +105,23 @@ def test_absolute_spellings_outside_every_root_still_refused_when_confined(
             assert info.value.reason is ConfinementReason.ABSOLUTE_PATH
     assert sorted(os.listdir(outside)) == ["canary"]
     assert _tree(root) == []
+
+
+def test_symlink_under_the_hatch_is_created_where_and_as_asked(
+    root: Path, outside: Path, resolver: str
+) -> None:
+    """Confinement checks on a link's target are confinement: the hatch drops them
+    (the target is still validated as text)."""
+    from flux_system import ConfinementReason, InvalidPathError
+
+    with Workspace(root, unconfined=True, resolver=resolver) as ws:
+        ws.symlink("canary", str(outside / "rel"))  # a link outside the root
+        ws.symlink(str(outside / "canary"), "abs")  # an absolute target
+        ws.symlink("../outside/canary", "up")  # a target above the root
+        assert ws.read_bytes("abs") == ws.read_bytes("up") == b"CANARY"
+        with pytest.raises(InvalidPathError) as info:
+            ws.symlink("evil\nname", "bad")
+        assert info.value.reason is ConfinementReason.CONTROL_BYTE
+    assert os.readlink(outside / "rel") == "canary"
+    assert os.readlink(root / "abs") == str(outside / "canary")
+    assert sorted(os.listdir(root)) == ["abs", "up"]
