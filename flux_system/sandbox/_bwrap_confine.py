@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import pwd
+import stat
 import typing
 import weakref
 from collections.abc import Callable, Mapping
@@ -212,6 +213,7 @@ class BwrapConfinement:
                 target=argv[0],
                 reason=ProcessReason.NOT_FOUND,
             )
+        _check_executable(exe, argv[0])
         child_env = dict(env)
         home = self._home(child_env)
         child_env["HOME"] = home
@@ -327,6 +329,29 @@ class _InitInfo:
         if fd >= 0:
             self._final.detach()
             _close_quietly(fd)
+
+
+def _check_executable(exe: str, target: str) -> None:
+    """What exec would say, said before bwrap runs (inside, a failed exec is bwrap's exit 1).
+
+    Only for the error's reason: the exec inside still decides (the file may change).
+    """
+    try:
+        st = os.stat(exe)
+    except FileNotFoundError:
+        reason = ProcessReason.NOT_FOUND
+    except OSError:
+        reason = ProcessReason.NOT_EXECUTABLE
+    else:
+        if stat.S_ISREG(st.st_mode) and os.access(exe, os.X_OK):
+            return
+        reason = ProcessReason.NOT_EXECUTABLE
+    raise SpawnError(
+        "not found" if reason is ProcessReason.NOT_FOUND else "not executable",
+        op="run",
+        target=target,
+        reason=reason,
+    )
 
 
 def _finisher(info: _InitInfo, extras: RunExtras, base: Denials) -> Callable[[int], Denials]:
