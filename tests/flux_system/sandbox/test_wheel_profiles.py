@@ -33,8 +33,8 @@ def test_wheel_ships_the_profiles(tmp_path: Path) -> None:
         "import flux_system.sandbox as s\n"
         "for n in s.BUILTIN_PROFILES:\n"
         "    p = s.load_profile(n)\n"
-        "    assert p.source.startswith(%r), p.source\n"
-        "print('ok')\n" % str(site)
+        f"    assert p.source.startswith({str(site)!r}), p.source\n"
+        "print('ok')\n"
     )
     got = subprocess.run(
         [sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {str(site)!r})\n" + code],
