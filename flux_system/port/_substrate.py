@@ -35,6 +35,27 @@ class Substrate:
     identity: IdentityPort = field(default_factory=lambda: Unserved("this substrate"))
     closer: typing.Callable[[], None] | None = None
 
+    @classmethod
+    def native(
+        cls,
+        workspace: FilesPort,
+        *,
+        processes: ProcessPort | None = None,
+        http: HttpPort | None = None,
+        disk_path: str = "/",
+        sandbox: tuple[str, ...] = (),
+    ) -> Substrate:
+        """This process's own substrate: *workspace*, optional *processes* and *http*,
+        host metrics and a local identity. What is not given stays unserved."""
+        none = Unserved("this substrate")
+        return cls(
+            files=workspace,
+            processes=processes if processes is not None else none,
+            http=http if http is not None else none,
+            metrics=HostMetrics(disk_path),
+            identity=LocalIdentity(sandbox),
+        )
+
     def close(self) -> None:
         if self.closer is not None:
             self.closer()

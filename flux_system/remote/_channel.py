@@ -5,27 +5,37 @@ from __future__ import annotations
 import contextlib
 import socket
 import ssl
+import threading
 import typing
 from urllib.parse import urlsplit
 
 from flux_system._exceptions import PortError, PortReason, UnreachableError
 
-__all__ = ["Channel", "SocketChannel", "open_socket_channel"]
+__all__ = ["Channel", "SocketChannel", "TlsChannel", "open_socket_channel"]
 
 
 class Channel(typing.Protocol):
-    """What the client needs of a transport: blocking send, recv, close."""
+    """What the client needs of a transport.
+
+    ``send_all`` may be called from several threads (the client serializes them);
+    ``recv`` from one reader thread at a time, concurrently with sends. ``shutdown``
+    wakes a blocked ``recv`` (it then returns ``b""``) without releasing the fd;
+    ``close`` releases it and is called only once no thread uses the channel — so an
+    fd number is never reused by another connection while a reader still holds it.
+    """
 
     def send_all(self, data: bytes) -> None: ...
 
     def recv(self, size: int) -> bytes: ...
+
+    def shutdown(self) -> None: ...
 
     def close(self) -> None: ...
 
 
 @typing.final
 class SocketChannel:
-    """A connected (possibly TLS-wrapped) stream socket."""
+    """A connected stream socket (Unix or TCP)."""
 
     def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
@@ -36,15 +46,86 @@ class SocketChannel:
     def recv(self, size: int) -> bytes:
         return self._sock.recv(size)
 
-    def close(self) -> None:
+    def shutdown(self) -> None:
         with contextlib.suppress(OSError):
             self._sock.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        self.shutdown()
+        self._sock.close()
+
+
+@typing.final
+class TlsChannel:
+    """TLS over a connected socket through a memory BIO.
+
+    An OpenSSL connection must not be used by two threads at once, but a client reads
+    on one thread while others send. So the TLS state is touched only under a lock
+    and only in memory; socket reads and writes happen outside it. Lock order:
+    ``_send_lock`` (orders records on the wire), then ``_lock`` (the TLS state).
+    """
+
+    def __init__(self, sock: socket.socket, ctx: ssl.SSLContext, hostname: str) -> None:
+        self._sock = sock
+        self._in = ssl.MemoryBIO()
+        self._out = ssl.MemoryBIO()
+        self._tls = ctx.wrap_bio(self._in, self._out, server_hostname=hostname)
+        self._lock = threading.Lock()
+        self._send_lock = threading.Lock()
+        while True:
+            try:
+                self._tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                self._flush()
+                data = self._sock.recv(_RAW)
+                if not data:
+                    raise ConnectionError("the server closed the connection during TLS") from None
+                self._in.write(data)
+        self._flush()
+
+    def _flush(self) -> None:
+        pending = self._out.read()
+        if pending:
+            self._sock.sendall(pending)
+
+    def send_all(self, data: bytes) -> None:
+        with self._send_lock:
+            with self._lock:
+                self._tls.write(data)
+                pending = self._out.read()
+            self._sock.sendall(pending)
+
+    def recv(self, size: int) -> bytes:
+        while True:
+            with self._lock:
+                try:
+                    return self._tls.read(size)
+                except ssl.SSLWantReadError:
+                    pass
+                except ssl.SSLZeroReturnError:
+                    return b""
+            data = self._sock.recv(_RAW)
+            if not data:
+                return b""
+            with self._send_lock, self._lock:
+                self._in.write(data)
+                pending = self._out.read()  # post-handshake records the peer awaits
+                if pending:
+                    self._sock.sendall(pending)
+
+    def shutdown(self) -> None:
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        self.shutdown()
         self._sock.close()
 
 
 def open_socket_channel(
     target: str, *, ssl_context: ssl.SSLContext | None, timeout: float
-) -> SocketChannel:
+) -> SocketChannel | TlsChannel:
     """Connect to ``unix:PATH`` or ``tcp://HOST:PORT`` (IPv6 as ``tcp://[::1]:PORT``).
 
     Raises:
@@ -80,10 +161,12 @@ def open_socket_channel(
             sock = socket.create_connection((parts.hostname, parts.port), timeout=timeout)
             if ssl_context is not None:
                 try:
-                    sock = ssl_context.wrap_socket(sock, server_hostname=parts.hostname)
+                    channel = TlsChannel(sock, ssl_context, parts.hostname)
                 except BaseException:
                     sock.close()
                     raise
+                sock.settimeout(None)
+                return channel
         else:
             raise PortError(
                 "target must be unix:PATH, tcp://HOST:PORT or an argv",
@@ -99,3 +182,6 @@ def open_socket_channel(
         ) from exc
     sock.settimeout(None)
     return SocketChannel(sock)
+
+
+_RAW = 64 * 1024

@@ -256,6 +256,8 @@ class Client:
                     self._route(obj)
         except BaseException as exc:  # EOF, reset, a protocol error: all calls end
             self._lose(exc)
+        finally:
+            self._ch.close()  # only this thread reads: the fd is released after it stops
 
     def _route(self, obj: dict[str, object]) -> None:
         msg = parse_message(obj)
@@ -300,7 +302,7 @@ class Client:
             if self._lost is None:
                 self._lost = exc
             calls, self._calls = list(self._calls.values()), {}
-        self._ch.close()
+        self._ch.shutdown()  # wakes the reader, which closes the fd
         for call in calls:
             call.finish(error=self._lost_error(call, exc))
 
