@@ -62,6 +62,17 @@ def _version() -> str:
         return "unknown"
 
 
+class _VersionAction(argparse.Action):
+    """``--version``, looked up only when asked for (importlib.metadata is slow to load)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="show flux's version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> None:
+        print(f"flux {_version()}")
+        parser.exit()
+
+
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The ``flux`` parser with every subcommand, or with *only* that one registered."""
     parser = _Parser(
@@ -69,7 +80,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         description="Flux execution substrate",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"flux {_version()}")
+    parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     codes = []
     for name in _SUBCOMMANDS if only is None else (only,):

@@ -19,8 +19,8 @@ from flux_system.process._system import System
 
 __all__ = [
     "ChildOutput",
-    "ChildStdin",
     "ChildStatus",
+    "ChildStdin",
     "DEFAULT_ENV_ALLOWLIST",
     "DEFAULT_OUTPUT_CAP",
     "Limits",

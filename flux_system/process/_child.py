@@ -283,8 +283,13 @@ class ManagedChild:
         the leader is signalled through its pidfd, and it is reaped only after the
         tree is marked closed under the lock this kill holds, so while the kill runs
         the leader is at worst an unreaped zombie that still pins its pid and pgid;
-        a kill that comes after the reap does nothing.
+        a kill that comes after the reap does nothing. The output of a streamed child
+        still queued stays available to :meth:`chunks`; what the killed tree left in
+        its pipes is read only within the bounded post-kill wait (never at a slow
+        consumer's pace).
         """
+        if self._flow is not None:
+            self._flow.killed = True
         self._sp.tree.kill()
 
     def join(self, timeout: float | None = None) -> bool:

@@ -60,6 +60,7 @@ class Flow:
         self._queue: collections.deque[OutputChunk] = collections.deque()
         self._queued = {"stdout": 0, "stderr": 0}
         self._ended = False
+        self.killed = False  # kill() was asked for: nothing more is owed to the consumer
         self._waiters: list[Callable[[], None]] = []
         self.cap = cap
         self.wake_fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
@@ -290,7 +291,12 @@ class StreamSink:
 
     @property
     def held(self) -> bool:
-        """Paused with bytes the exited tree left in the pipe still to deliver."""
+        """Paused with bytes the exited tree left in the pipe still to deliver.
+
+        Never after a kill: a killed child's remaining output is not waited for.
+        """
+        if self._flow.killed:
+            return False
         return self.paused and (self.budget is None or self.budget > 0)
 
     @property
