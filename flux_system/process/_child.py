@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import typing
@@ -230,7 +231,8 @@ class ManagedChild:
             ready = asyncio.Event()
 
             def wake(ready: asyncio.Event = ready) -> None:
-                loop.call_soon_threadsafe(ready.set)
+                with contextlib.suppress(RuntimeError):  # the loop was closed meanwhile
+                    loop.call_soon_threadsafe(ready.set)
 
             got, chunk = flow.poll_chunk(wake)
             if not got:

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import os
 import select
+import signal
 import subprocess
 import time
 from pathlib import Path
+
+import pytest
 
 from tests.flux_runtime._flux import HANG_GUARD_S, alive, flux, popen
 
@@ -76,6 +79,20 @@ def test_a_blocked_writer_is_still_killed_by_timeout(tmp_path: Path) -> None:
         assert not alive(pid)
         assert proc.stderr is not None
         assert b"timed out after 1.0 s; sh was killed" in proc.stderr.read()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_still_ends_flux_while_its_write_is_blocked(
+    tmp_path: Path, sig: signal.Signals
+) -> None:
+    with popen("exec", "--workspace", str(tmp_path), "--", "sh", "-c", _PIDFILE, **_PIPES) as proc:
+        pid = int(_wait_for_file(tmp_path / "pid"))
+        assert proc.stdout is not None
+        _read_until(proc.stdout.fileno(), b"y\n")  # flowing; then nobody reads any more
+        time.sleep(0.5)  # let flux's write block (a delay, not a timing check)
+        proc.send_signal(sig)
+        assert proc.wait(timeout=HANG_GUARD_S) == 128 + sig
+        assert not alive(pid)
 
 
 def test_slow_reader_applies_back_pressure(tmp_path: Path) -> None:
