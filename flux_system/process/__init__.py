@@ -9,22 +9,27 @@ subpackage imports :mod:`flux_system.workspace` and :mod:`flux_system._exception
 
 from __future__ import annotations
 
-from flux_system.process._child import ChildOutput, ChildStatus, ManagedChild
+from flux_system.process._child import ChildOutput, ChildStatus, ManagedChild, OutputTotals
 from flux_system.process._drain import LineObserver
-from flux_system.process._env import DEFAULT_ENV_ALLOWLIST
+from flux_system.process._env import DEFAULT_ENV_ALLOWLIST, is_denied_hook
 from flux_system.process._limits import Limits, Privileges
 from flux_system.process._result import DEFAULT_OUTPUT_CAP, RunResult
+from flux_system.process._stream import ChildStdin, OutputChunk
 from flux_system.process._system import System
 
 __all__ = [
     "ChildOutput",
     "ChildStatus",
+    "ChildStdin",
     "DEFAULT_ENV_ALLOWLIST",
     "DEFAULT_OUTPUT_CAP",
     "Limits",
     "LineObserver",
     "ManagedChild",
+    "OutputChunk",
+    "OutputTotals",
     "Privileges",
     "RunResult",
     "System",
+    "is_denied_hook",
 ]
