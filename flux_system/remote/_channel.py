@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import ssl
 import threading
@@ -11,7 +12,7 @@ from urllib.parse import urlsplit
 
 from flux_system._exceptions import PortError, PortReason, UnreachableError
 
-__all__ = ["Channel", "SocketChannel", "TlsChannel", "open_socket_channel"]
+__all__ = ["Channel", "FdChannel", "SocketChannel", "TlsChannel", "open_socket_channel"]
 
 
 class Channel(typing.Protocol):
@@ -65,11 +66,20 @@ class TlsChannel:
     ``_send_lock`` (orders records on the wire), then ``_lock`` (the TLS state).
     """
 
-    def __init__(self, sock: socket.socket, ctx: ssl.SSLContext, hostname: str) -> None:
+    def __init__(
+        self,
+        sock: socket.socket,
+        ctx: ssl.SSLContext,
+        hostname: str | None,
+        *,
+        server_side: bool = False,
+    ) -> None:
         self._sock = sock
         self._in = ssl.MemoryBIO()
         self._out = ssl.MemoryBIO()
-        self._tls = ctx.wrap_bio(self._in, self._out, server_hostname=hostname)
+        self._tls = ctx.wrap_bio(
+            self._in, self._out, server_side=server_side, server_hostname=hostname
+        )
         self._lock = threading.Lock()
         self._send_lock = threading.Lock()
         while True:
@@ -121,6 +131,41 @@ class TlsChannel:
     def close(self) -> None:
         self.shutdown()
         self._sock.close()
+
+
+@typing.final
+class FdChannel:
+    """A pair of pipe fds: read from one, write to the other (stdio transports)."""
+
+    def __init__(
+        self, read_fd: int, write_fd: int, *, on_close: typing.Callable[[], None] | None = None
+    ) -> None:
+        self._r = read_fd
+        self._w = write_fd
+        self._on_close = on_close
+        self._closed = False
+
+    def send_all(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            n = os.write(self._w, view)
+            view = view[n:]
+
+    def recv(self, size: int) -> bytes:
+        return os.read(self._r, size)
+
+    def shutdown(self) -> None:
+        if self._on_close is not None:
+            self._on_close()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.shutdown()
+        for fd in {self._r, self._w}:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 def open_socket_channel(

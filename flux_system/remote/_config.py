@@ -32,6 +32,11 @@ class ServerLimits:
         heartbeat_s: the client pings at this interval; a connection silent for three
             intervals is closed and its children killed.
         handshake_s: seconds allowed for the client's ``hello``.
+        inline_fs: serve ``stat``, ``exists``, ``is_dir``, ``list_dir`` and reads of
+            files up to 64 KiB on the event loop thread, saving two thread switches per
+            call; a file system that hangs (a dead network mount inside the workspace)
+            then stalls every connection of this server. ``False``: every file op runs
+            on a worker thread.
     """
 
     max_frame: int = 8 * 1024 * 1024
@@ -42,6 +47,7 @@ class ServerLimits:
     max_upload: int = 1024 * 1024 * 1024
     heartbeat_s: float = 10.0
     handshake_s: float = 10.0
+    inline_fs: bool = True
 
     def __post_init__(self) -> None:
         if self.max_frame < 1024 or self.max_chunk < 1:

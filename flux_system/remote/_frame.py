@@ -8,6 +8,7 @@ meaning — :mod:`._wire` validates what a decoded object says.
 
 from __future__ import annotations
 
+import base64
 import json
 import struct
 import typing
@@ -20,7 +21,9 @@ __all__ = [
     "FrameDecoder",
     "MAX_JSON_DEPTH",
     "decode_body",
+    "encode_chunk",
     "encode_frame",
+    "encode_read_result",
 ]
 
 HEADER = struct.Struct(">I")
@@ -49,27 +52,81 @@ def encode_frame(
     return HEADER.pack(len(data)) + data
 
 
-def _depth_ok(text: str) -> bool:
-    depth = 0
-    in_string = False
-    escaped = False
-    for ch in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-        elif ch == '"':
-            in_string = True
-        elif ch in "[{":
-            depth += 1
-            if depth > MAX_JSON_DEPTH:
-                return False
-        elif ch in "]}":
-            depth -= 1
-    return True
+_STREAMS = frozenset({"upload", "download", "stdin", "stdout", "stderr"})
+
+
+def encode_chunk(
+    rid: int, stream: str, data: bytes, last: bool = False, *, max_frame: int = DEFAULT_MAX_FRAME
+) -> bytes:
+    """The frame of a ``chunk`` message, built without a JSON encoder pass over *data*.
+
+    Byte for byte what :func:`encode_frame` makes of the same message (a test holds
+    them equal): base64 text needs no JSON escaping, so it is spliced in as is.
+
+    Raises:
+        PortError: ``PROTOCOL`` when the frame would exceed *max_frame*.
+        ValueError: an unknown *stream* or a non-positive *rid*.
+    """
+    if stream not in _STREAMS or isinstance(rid, bool) or not isinstance(rid, int) or rid < 1:
+        raise ValueError("bad chunk id or stream")
+    body = b"".join(
+        (
+            b'{"type":"chunk","id":',
+            str(rid).encode("ascii"),
+            b',"stream":"',
+            stream.encode("ascii"),
+            b'","data":"',
+            base64.b64encode(data),
+            b'","last":',
+            b"true}" if last else b"false}",
+        )
+    )
+    if len(body) > max_frame:
+        raise _protocol_error(f"frame of {len(body)} bytes exceeds the {max_frame}-byte ceiling")
+    return HEADER.pack(len(body)) + body
+
+
+def encode_read_result(rid: int, data: bytes, *, max_frame: int = DEFAULT_MAX_FRAME) -> bytes:
+    """The ``result`` frame of a small read (``{"size": n, "data": base64}``), built as
+    :func:`encode_chunk` is: byte for byte what :func:`encode_frame` makes of it."""
+    if isinstance(rid, bool) or not isinstance(rid, int) or rid < 1:
+        raise ValueError("bad result id")
+    body = b"".join(
+        (
+            b'{"type":"result","id":',
+            str(rid).encode("ascii"),
+            b',"value":{"size":',
+            str(len(data)).encode("ascii"),
+            b',"data":"',
+            base64.b64encode(data),
+            b'"}}',
+        )
+    )
+    if len(body) > max_frame:
+        raise _protocol_error(f"frame of {len(body)} bytes exceeds the {max_frame}-byte ceiling")
+    return HEADER.pack(len(body)) + body
+
+
+def _too_deep(value: object) -> bool:
+    """Whether *value* nests arrays/objects deeper than :data:`MAX_JSON_DEPTH`.
+
+    Walks the decoded value (cost: its node count, bounded by the frame size), so a
+    long string costs nothing here; the parser itself bounds recursion for deeper
+    inputs (``RecursionError``, refused by the caller).
+    """
+    stack: list[tuple[object, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: typing.Iterable[object] = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth > MAX_JSON_DEPTH:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
 
 
 def _refuse_constant(name: str) -> typing.NoReturn:
@@ -88,8 +145,6 @@ def decode_body(body: bytes) -> dict[str, object]:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise _protocol_error("frame body is not UTF-8") from exc
-    if not _depth_ok(text):
-        raise _protocol_error(f"frame body nests deeper than {MAX_JSON_DEPTH}")
 
     def no_duplicates(pairs: list[tuple[str, object]]) -> dict[str, object]:
         out: dict[str, object] = {}
@@ -103,6 +158,11 @@ def decode_body(body: bytes) -> dict[str, object]:
         value = json.loads(text, object_pairs_hook=no_duplicates, parse_constant=_refuse_constant)
     except ValueError as exc:  # JSONDecodeError is a ValueError
         raise _protocol_error(f"frame body is not valid JSON: {exc}"[:200]) from exc
+    except RecursionError as exc:  # nesting deep enough to exhaust the parser's stack
+        raise _protocol_error(f"frame body nests deeper than {MAX_JSON_DEPTH}") from exc
+    # Fewer opening brackets than the limit cannot nest past it: skip the walk.
+    if body.count(b"[") + body.count(b"{") > MAX_JSON_DEPTH and _too_deep(value):
+        raise _protocol_error(f"frame body nests deeper than {MAX_JSON_DEPTH}")
     if not isinstance(value, dict):
         raise _protocol_error(f"frame body is a JSON {type(value).__name__}, not an object")
     return value

@@ -174,6 +174,11 @@ class RemoteChild:
     ) -> None:
         self._c = client
         self._lock = threading.Lock()
+        self._stdin_cond = threading.Condition()
+        self._window = client.welcome.limits.max_buffered_output
+        self._sent = 0
+        self._acked = 0
+        self._stdin_closed = False
         self._out = _Ring(buffer_cap)
         self._err = _Ring(buffer_cap)
         self._on_output = on_output
@@ -206,9 +211,58 @@ class RemoteChild:
         if event.event == "started":
             self._pid = event.pid
             self._started.set()
+        elif event.event == "stdin":
+            with self._stdin_cond:
+                self._acked = max(self._acked, event.written)
+                self._stdin_cond.notify_all()
         else:
             self._end = event
             self._started.set()
+            with self._stdin_cond:
+                self._stdin_cond.notify_all()
+
+    def write_stdin(self, data: bytes, *, timeout: float | None = None) -> bool:
+        """Send *data* to the child's streamed stdin (``spawn(..., stream_stdin=True)``).
+
+        Guarantee: at most the server's window (``max_buffered_output``) is in flight
+        unacknowledged, so this blocks while the child is slow to read — back-pressure
+        reaches the producer. Returns ``False`` once the child has ended (the rest is
+        dropped), as :class:`~flux_system.ChildStdin` does.
+
+        Raises:
+            ValueError: after :meth:`close_stdin`.
+            TimeoutError: the window stayed full for *timeout* seconds.
+        """
+        if self._stdin_closed:
+            raise ValueError("stdin is closed")
+        step = max(1, min(self._c.max_chunk, self._window))
+        view = memoryview(bytes(data))
+        while view:
+            piece = bytes(view[:step])
+            with self._stdin_cond:
+                size = len(piece)
+
+                def room(size: int = size) -> bool:
+                    window_ok = self._sent - self._acked + size <= self._window
+                    return self._call.done.is_set() or window_ok
+
+                ok = self._stdin_cond.wait_for(room, timeout)
+                if self._call.done.is_set():
+                    return False
+                if not ok:
+                    raise TimeoutError("the child did not take its stdin in time")
+                self._sent += len(piece)
+            self._c.send_chunk(self._call.id, "stdin", piece, False)
+            view = view[step:]
+        return True
+
+    def close_stdin(self) -> None:
+        """Give the child EOF after what was sent (idempotent)."""
+        if self._stdin_closed:
+            return
+        self._stdin_closed = True
+        if not self._call.done.is_set():
+            self._c.send_chunk(self._call.id, "stdin", b"", True)
 
     @property
     def pid(self) -> int:
@@ -279,23 +333,29 @@ class RemoteProcesses:
         cwd: str = ".",
         buffer_cap: int = DEFAULT_CHILD_BUFFER,
         on_output: typing.Callable[[str, bytes], None] | None = None,
+        stream_stdin: bool = False,
     ) -> RemoteChild:
         if isinstance(argv, (str, bytes)):
             raise TypeError("argv must be a sequence of str, not str")
-        if stdin is not None:
-            raise PortError(
-                "stdin bytes for a remote spawn are not served yet",
-                op="spawn",
-                reason=PortReason.UNSERVED,
-            )
+        if stdin is not None and stream_stdin:
+            raise ValueError("stdin bytes and stream_stdin=True exclude each other")
         args: dict[str, object] = {
             "argv": list(argv),
             "env": None if env is None else dict(env),
-            "stdin": "none",
+            "stdin": "stream" if stream_stdin or stdin is not None else "none",
             "timeout": timeout,
             "cwd": cwd,
         }
-        return RemoteChild(self._c, argv, args, buffer_cap=buffer_cap, on_output=on_output)
+        child = RemoteChild(self._c, argv, args, buffer_cap=buffer_cap, on_output=on_output)
+        if stdin is not None:
+            data = bytes(stdin)
+
+            def feed() -> None:
+                child.write_stdin(data)
+                child.close_stdin()
+
+            threading.Thread(target=feed, name="flux-remote-stdin", daemon=True).start()
+        return child
 
 
 @typing.final

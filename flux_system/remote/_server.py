@@ -1,17 +1,18 @@
 """Listeners for the port server: Unix socket, TCP (TLS + token off loopback), stdio.
 
+One accept thread per listener; one thread per connection, which does the TLS
+handshake (so a slow client never holds up accepts) and then serves the connection.
 Guarantee: a Unix socket is created mode 0600 and a peer whose uid (``SO_PEERCRED``)
 is neither the server's nor root is refused before the handshake; a TCP listener on a
-non-loopback address refuses to start without both TLS and a token; every connection
-is served by its own :class:`~flux_system.remote._connection.Connection`, and one line
-per connection is logged (peer, requests served, how it ended). Not guaranteed:
-protection of a token sent over plain TCP on loopback from other local users (use the
+non-loopback address refuses to start without both TLS and a token; :meth:`close`
+ends every connection (killing its children) before it returns; one line per
+connection is logged (peer, requests, peak in flight, how it ended). Not guaranteed:
+secrecy of a token sent over plain TCP on loopback from other local users (use the
 Unix socket or TLS for that).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import ipaddress
 import os
@@ -20,10 +21,12 @@ import ssl
 import stat
 import struct
 import sys
+import threading
 import typing
 from collections.abc import Callable
 
 from flux_system._exceptions import PortError, PortReason
+from flux_system.remote._channel import Channel, FdChannel, SocketChannel, TlsChannel
 from flux_system.remote._config import ServerConfig
 from flux_system.remote._connection import Connection
 from flux_system.remote._frame import encode_frame
@@ -31,6 +34,7 @@ from flux_system.remote._frame import encode_frame
 __all__ = ["PortServer"]
 
 Log = Callable[[str], None]
+_TLS_HANDSHAKE_S = 10.0
 
 
 def _stderr_log(line: str) -> None:
@@ -57,47 +61,80 @@ def _is_loopback(host: str) -> bool:
 
 @typing.final
 class PortServer:
-    """Serve *config* over one listener until :meth:`close`.
-
-    Use :meth:`start_unix`, :meth:`start_tcp` or :meth:`serve_stdio` inside a running
-    asyncio loop; :meth:`wait_closed` returns when the listener is closed.
-    """
+    """Serve *config* over listeners started with :meth:`start_unix`, :meth:`start_tcp`
+    or over stdio with :meth:`serve_stdio`; :meth:`close` ends it all."""
 
     def __init__(self, config: ServerConfig, *, log: Log | None = None) -> None:
         self._cfg = config
         self._log = log or _stderr_log
-        self._server: asyncio.base_events.Server | None = None
-        self._connections: set[asyncio.Task[None]] = set()
+        self._lock = threading.Lock()
+        self._listeners: list[socket.socket] = []
+        self._threads: set[threading.Thread] = set()
+        self._connections: set[Connection] = set()
+        self._closed = threading.Event()
         self.address: str | None = None
 
-    async def _serve(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: str
-    ) -> None:
-        conn = Connection(self._cfg, reader, writer, peer)
-        task = asyncio.current_task()
-        if task is not None:
-            self._connections.add(task)
+    # -- connections -------------------------------------------------------------------
+
+    def _serve(self, channel: Channel, peer: str) -> None:
+        conn = Connection(self._cfg, channel, peer)
+        with self._lock:
+            if self._closed.is_set():
+                channel.close()
+                return
+            self._connections.add(conn)
         try:
-            await conn.serve()
+            conn.serve()
         finally:
+            with self._lock:
+                self._connections.discard(conn)
             self._log(
                 f"flux serve: {peer}: {conn.requests} requests, "
-                f"peak {conn.in_flight_peak} in flight, closed"
+                f"peak {conn.in_flight_peak} in flight, {conn.ended}"
             )
-            if task is not None:
-                self._connections.discard(task)
+
+    def _spawn_thread(self, target: Callable[..., None], *args: object) -> None:
+        def run() -> None:
+            try:
+                target(*args)
+            finally:
+                with self._lock:
+                    self._threads.discard(threading.current_thread())
+
+        thread = threading.Thread(target=run, name="flux-serve", daemon=True)
+        with self._lock:
+            self._threads.add(thread)
+        thread.start()
+
+    def _accept_loop(
+        self, listener: socket.socket, accept: Callable[[socket.socket, object], None]
+    ) -> None:
+        while not self._closed.is_set():
+            try:
+                sock, addr = listener.accept()
+            except OSError:
+                if self._closed.is_set():
+                    return
+                continue
+            if self._closed.is_set():
+                sock.close()
+                return
+            self._spawn_thread(accept, sock, addr)
+
+    def _silence(self, sock: socket.socket) -> None:
+        # A connection silent for three heartbeats is closed (its children killed).
+        sock.settimeout(3 * self._cfg.limits.heartbeat_s)
 
     # -- Unix socket ---------------------------------------------------------------------
 
-    async def start_unix(self, path: str) -> None:
-        """Listen on the Unix socket *path* (created 0600; an existing socket is replaced).
+    def start_unix(self, path: str) -> None:
+        """Listen on the Unix socket *path* (created 0600; an old socket there is replaced).
 
         Raises:
             PortError: ``PROTOCOL`` when *path* exists and is not a socket.
         """
         with contextlib.suppress(FileNotFoundError):
-            st = os.lstat(path)
-            if not stat.S_ISSOCK(st.st_mode):
+            if not stat.S_ISSOCK(os.lstat(path).st_mode):
                 raise PortError(
                     f"{path} exists and is not a socket",
                     op="serve",
@@ -105,39 +142,39 @@ class PortServer:
                     reason=PortReason.PROTOCOL,
                 )
             os.unlink(path)
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old = os.umask(0o177)
         try:
-            sock.bind(path)
+            listener.bind(path)
         finally:
             os.umask(old)
         os.chmod(path, 0o600)
+        listener.listen(128)
         me = os.getuid()
 
-        async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            raw = writer.get_extra_info("socket")
-            uid = _peer_uid(raw) if raw is not None else None
+        def accept(sock: socket.socket, _addr: object) -> None:
+            uid = _peer_uid(sock)
             if uid is None or uid not in (me, 0):
                 self._log(f"flux serve: unix peer uid {uid} refused (server uid {me})")
-                with contextlib.suppress(ConnectionError, OSError):
-                    writer.write(
+                with contextlib.suppress(OSError):
+                    sock.sendall(
                         encode_frame(
                             {"type": "goodbye", "reason": "auth", "message": "peer uid not allowed"}
                         )
                     )
-                    await writer.drain()
-                writer.close()
+                sock.close()
                 return
-            await self._serve(reader, writer, f"unix:{path} uid={uid}")
+            self._silence(sock)
+            self._serve(SocketChannel(sock), f"unix:{path} uid={uid}")
 
-        self._server = await asyncio.start_unix_server(accept, sock=sock, limit=1 << 16)
+        with self._lock:
+            self._listeners.append(listener)
         self.address = f"unix:{path}"
+        self._spawn_thread(self._accept_loop, listener, accept)
 
     # -- TCP -----------------------------------------------------------------------------
 
-    async def start_tcp(
-        self, host: str, port: int, *, ssl_context: ssl.SSLContext | None = None
-    ) -> int:
+    def start_tcp(self, host: str, port: int, *, ssl_context: ssl.SSLContext | None = None) -> int:
         """Listen on TCP *host*:*port* (0 picks a free port); return the port.
 
         Raises:
@@ -150,50 +187,67 @@ class PortServer:
                 target=host,
                 reason=PortReason.AUTH,
             )
+        bare = host.strip("[]")
+        family = socket.AF_INET6 if ":" in bare else socket.AF_INET
+        listener = socket.socket(family, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((bare, port))
+        listener.listen(128)
+        bound = int(listener.getsockname()[1])
 
-        async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            peer = writer.get_extra_info("peername")
-            where = f"tcp://{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else "tcp"
-            await self._serve(reader, writer, where)
+        def accept(sock: socket.socket, addr: object) -> None:
+            where = f"tcp://{addr[0]}:{addr[1]}" if isinstance(addr, tuple) else "tcp"
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            channel: Channel
+            if ssl_context is not None:
+                sock.settimeout(_TLS_HANDSHAKE_S)
+                try:
+                    channel = TlsChannel(sock, ssl_context, None, server_side=True)
+                except (OSError, ssl.SSLError, ConnectionError) as exc:
+                    self._log(f"flux serve: {where}: TLS handshake failed: {type(exc).__name__}")
+                    sock.close()
+                    return
+            else:
+                channel = SocketChannel(sock)
+            self._silence(sock)
+            self._serve(channel, where)
 
-        self._server = await asyncio.start_server(
-            accept, host.strip("[]"), port, ssl=ssl_context, limit=1 << 16
-        )
-        bound = self._server.sockets[0].getsockname()[1]
-        shown = f"[{host.strip('[]')}]" if ":" in host else host
+        with self._lock:
+            self._listeners.append(listener)
+        shown = f"[{bare}]" if ":" in bare else bare
         self.address = f"tcp://{shown}:{bound}"
-        return int(bound)
+        self._spawn_thread(self._accept_loop, listener, accept)
+        return bound
 
     # -- stdio ---------------------------------------------------------------------------
 
-    async def serve_stdio(self, read_fd: int = 0, write_fd: int = 1) -> None:
-        """Serve one connection over *read_fd*/*write_fd* (``ssh host flux serve --stdio``)."""
-        loop = asyncio.get_running_loop()
-        reader = asyncio.StreamReader(limit=1 << 16)
-        await loop.connect_read_pipe(
-            lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(read_fd, "rb", 0)
-        )
-        transport, protocol = await loop.connect_write_pipe(
-            asyncio.streams.FlowControlMixin, os.fdopen(write_fd, "wb", 0)
-        )
-        writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+    def serve_stdio(self, read_fd: int = 0, write_fd: int = 1) -> None:
+        """Serve one connection over *read_fd*/*write_fd* until it ends (blocking)."""
         self.address = "stdio"
-        await self._serve(reader, writer, "stdio")
+        self._serve(FdChannel(read_fd, write_fd), "stdio")
 
     # -- lifetime ------------------------------------------------------------------------
 
-    async def wait_closed(self) -> None:
-        if self._server is not None:
-            await self._server.serve_forever()
+    def close(self) -> None:
+        """Stop listening and end every connection (their children are killed). Idempotent."""
+        self._closed.set()
+        with self._lock:
+            listeners, self._listeners = self._listeners, []
+            connections = list(self._connections)
+        for listener in listeners:
+            with contextlib.suppress(OSError):
+                listener.shutdown(socket.SHUT_RDWR)
+            listener.close()
+        for conn in connections:
+            conn.abort()
+        while True:
+            with self._lock:
+                threads = list(self._threads)
+            if not threads:
+                return
+            for thread in threads:
+                thread.join()
 
-    async def close(self) -> None:
-        """Stop listening and end every connection (their children are killed)."""
-        if self._server is not None:
-            self._server.close()
-        for task in list(self._connections):
-            task.cancel()
-        if self._connections:
-            await asyncio.gather(*self._connections, return_exceptions=True)
-        if self._server is not None:
-            with contextlib.suppress(Exception):
-                await self._server.wait_closed()
+    def wait_closed(self) -> None:
+        """Block until :meth:`close` is called (from another thread or a signal handler)."""
+        self._closed.wait()

@@ -9,10 +9,12 @@ flux_system.remote._schema``); a test fails when the two drift apart.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import typing
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter
 
 __all__ = [
     "MESSAGE_TYPES",
@@ -43,7 +45,24 @@ MAX_ID = 2**53 - 1  # exact in every JSON implementation (JavaScript's Number in
 Id = Annotated[int, Field(ge=1, le=MAX_ID, strict=True)]
 Text = Annotated[str, Field(max_length=4096)]
 Name = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[a-z][a-z0-9_.]*$")]
-B64 = Annotated[str, Field(max_length=12 * 1024 * 1024, pattern=r"^[A-Za-z0-9+/]*={0,2}$")]
+_B64_PATTERN = r"^[A-Za-z0-9+/]*={0,2}$"
+
+
+def _canonical_base64(text: str) -> str:
+    # Strict decoding in C (a regex over megabytes of data costs ten times more); the
+    # schema still states the pattern for other implementations.
+    try:
+        base64.b64decode(text.encode("ascii"), validate=True)
+    except (binascii.Error, UnicodeEncodeError) as exc:
+        raise ValueError("not canonical base64") from exc
+    return text
+
+
+B64 = Annotated[
+    str,
+    Field(max_length=12 * 1024 * 1024, json_schema_extra={"pattern": _B64_PATTERN}),
+    AfterValidator(_canonical_base64),
+]
 
 
 class _Model(BaseModel):
@@ -169,17 +188,19 @@ class ErrorMsg(_Model):
 
 class Event(_Model):
     """Server → client: a spawned child's life: ``started``, then ``exited`` or
-    ``failed`` exactly once (output travels as ``chunk`` frames before it)."""
+    ``failed`` exactly once (output travels as ``chunk`` frames before it). ``stdin``
+    events acknowledge a streamed stdin: ``written`` bytes reached the child so far."""
 
     type: Literal["event"]
     id: Id
-    event: Literal["started", "exited", "failed"]
+    event: Literal["started", "stdin", "exited", "failed"]
     pid: int | None = None
     exit_code: int | None = None
     signal: int | None = None
     timed_out: bool = False
     stdout_dropped: int = 0
     stderr_dropped: int = 0
+    written: Annotated[int, Field(ge=0)] = 0
     error: ErrorBody | None = None
 
 

@@ -6,7 +6,6 @@ real protocol and serve a real Workspace and System.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import socket
@@ -14,7 +13,6 @@ import ssl
 import struct
 import sys
 import tempfile
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +30,6 @@ class Served:
     system: System
     log: list[str] = field(default_factory=list)
     server: PortServer | None = None
-    loop: asyncio.AbstractEventLoop | None = None
 
 
 @contextlib.contextmanager
@@ -56,49 +53,23 @@ def served(
         limits=limits or ServerLimits(),
     )
     server = PortServer(config, log=log.append)
-    loop = asyncio.new_event_loop()
     sock_dir = tempfile.mkdtemp(prefix="flux-port-")
     path = os.path.join(sock_dir, "port.sock")
-    ready = threading.Event()
-    failure: list[BaseException] = []
-    where: list[str] = []
-
-    def run() -> None:
-        asyncio.set_event_loop(loop)
-        try:
-            if tcp:
-                port = loop.run_until_complete(
-                    server.start_tcp("127.0.0.1", 0, ssl_context=ssl_context)
-                )
-                where.append(f"tcp://127.0.0.1:{port}")
-            else:
-                loop.run_until_complete(server.start_unix(path))
-                where.append(f"unix:{path}")
-        except BaseException as exc:
-            failure.append(exc)
-            ready.set()
-            return
-        ready.set()
-        loop.run_forever()
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    ready.wait(30)
-    if failure:
-        raise failure[0]
+    if tcp:
+        port = server.start_tcp("127.0.0.1", 0, ssl_context=ssl_context)
+        target = f"tcp://127.0.0.1:{port}"
+    else:
+        server.start_unix(path)
+        target = f"unix:{path}"
     try:
-        yield Served(where[0], ws, system, log, server, loop)
+        yield Served(target, ws, system, log, server)
     finally:
-        fut = asyncio.run_coroutine_threadsafe(server.close(), loop)
-        with contextlib.suppress(Exception):
-            fut.result(30)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(30)
-        loop.close()
+        server.close()
         system.close()
         ws.close()
         with contextlib.suppress(OSError):
             os.unlink(path)
+        with contextlib.suppress(OSError):
             os.rmdir(sock_dir)
 
 
@@ -138,17 +109,15 @@ def read_frames(
 
 
 CHILD_SERVER = """
-import asyncio, sys, os
+import sys
 sys.path.insert(0, {repo!r})
 from flux_system import System, Workspace
 from flux_system.remote import PortServer, ServerConfig
 ws = Workspace({root!r}); system = System(ws)
 server = PortServer(ServerConfig(ws, system=system))
-async def main():
-    await server.start_unix({path!r})
-    print("ready", flush=True)
-    await asyncio.Event().wait()
-asyncio.run(main())
+server.start_unix({path!r})
+print("ready", flush=True)
+server.wait_closed()
 """
 
 

@@ -192,3 +192,38 @@ def test_native_workspace_is_a_files_port(tmp_path: Path) -> None:
 
     with Workspace(tmp_path) as ws:
         assert isinstance(ws, FilesPort)
+
+
+def test_streamed_stdin_reaches_the_child_with_back_pressure(tmp_path: Path) -> None:
+    import typing
+
+    from flux_system.remote._parts import RemoteProcesses
+
+    # A 1 KiB window: 8 MiB must flow through it, acknowledged as the child reads.
+    with served(tmp_path, limits=ServerLimits(max_buffered_output=1024)) as srv:
+        with connect(srv.target) as sub:
+            procs = typing.cast(RemoteProcesses, sub.processes)
+            child = procs.spawn(["sh", "-c", "wc -c"], stream_stdin=True)
+            block = os.urandom(64 * 1024)
+            for _ in range(128):
+                assert child.write_stdin(block)
+            child.close_stdin()
+            assert child.join(60)
+            assert child.read_output().stdout.strip() == str(128 * len(block)).encode()
+            # stdin given as bytes travels the same way
+            echo = procs.spawn(["cat"], stdin=b"fed whole\n")
+            assert echo.join(60)
+            assert echo.read_output().stdout == b"fed whole\n"
+
+
+def test_child_that_stops_reading_stdin_ends_the_writer(remote) -> None:  # type: ignore[no-untyped-def]
+    _, sub = remote
+    child = sub.processes.spawn(["head", "-c", "10"], stream_stdin=True)
+    sent_all = True
+    for _ in range(1000):
+        if not child.write_stdin(b"x" * 65536):
+            sent_all = False
+            break
+    assert sent_all is False  # the child exited after 10 bytes: the writer was told
+    assert child.join(60)
+    assert child.status().exit_code == 0

@@ -91,3 +91,41 @@ def test_schema_drift_negative_control(tmp_path: Path) -> None:
     (tmp_path / "messages/ping.json").write_text("{}")
     (tmp_path / "messages/extra.json").write_text("{}")
     assert sorted(check(tmp_path)) == ["extra: messages/extra.json", "stale: messages/ping.json"]
+
+
+@pytest.mark.parametrize("last", [True, False])
+@pytest.mark.parametrize("stream", ["upload", "download", "stdin", "stdout", "stderr"])
+def test_fast_chunk_encoding_is_byte_identical(stream: str, last: bool) -> None:
+    import base64
+
+    from flux_system.remote._frame import encode_chunk
+
+    data = bytes(range(256)) * 3
+    message = {
+        "type": "chunk",
+        "id": 77,
+        "stream": stream,
+        "data": base64.b64encode(data).decode(),
+        "last": last,
+    }
+    assert encode_chunk(77, stream, data, last) == encode_frame(message)
+    with pytest.raises(ValueError):
+        encode_chunk(0, stream, data)
+    with pytest.raises(ValueError):
+        encode_chunk(1, "elsewhere", data)
+
+
+@pytest.mark.parametrize("size", [0, 1, 2, 3, 4096])
+def test_fast_read_result_encoding_is_byte_identical(size: int) -> None:
+    import base64
+
+    from flux_system.remote._frame import encode_read_result
+
+    data = bytes(range(256)) * (size // 256 + 1)
+    data = data[:size]
+    message = {
+        "type": "result",
+        "id": 9,
+        "value": {"size": size, "data": base64.b64encode(data).decode()},
+    }
+    assert encode_read_result(9, data) == encode_frame(message)
