@@ -5,7 +5,8 @@ starts empty (``_env``), output is drained under a cap (``_drain``) or streamed 
 consumer with back-pressure and stdin fed from a writer (``_stream``, ``_flowdrive``),
 and every tree is killed and reaped on every path (``_reap``, ``_cgroup``). The modules
 here are private; the public names are ``__all__`` and are re-exported by
-:mod:`flux_system`. This subpackage imports :mod:`flux_system.workspace` and :mod:`flux_system._exceptions` only.
+:mod:`flux_system`. This subpackage imports :mod:`flux_system.workspace` and
+:mod:`flux_system._exceptions` only.
 """
 
 from __future__ import annotations
