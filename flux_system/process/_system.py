@@ -440,7 +440,8 @@ class System:
         flow: Flow | None = None
         try:
             if stream_output or stream_stdin:
-                flow = Flow(cap=output_cap if stream_output else None, stdin=bool(stream_stdin))
+                cap = output_cap if stream_output else None
+                flow = Flow(cap=cap, stdin=bool(stream_stdin), target=sp.target)
             with self._lock:
                 child = ManagedChild(
                     sp,

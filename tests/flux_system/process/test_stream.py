@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from flux_system import OutputChunk, System
+from flux_system import OutputChunk, ProcessError, ProcessReason, System
 from tests.flux_system.process._process_support import REPO, make_ws, procs, survivors
 
 _MIB = 1 << 20
@@ -134,6 +134,18 @@ def test_a_child_that_stops_reading_its_stdin_is_not_an_error(system: System) ->
     assert _joined(list(child.chunks()), "stdout") == b"yyy"
     assert child.status().exit_code == 0
     assert child.stdin.closed
+
+
+def test_stdin_write_timeout_is_a_process_error(system: System) -> None:
+    child = system.spawn(["sleep", "60"], stream_output=True, stream_stdin=True, timeout=_GUARD_S)
+    assert child.stdin is not None
+    with pytest.raises(ProcessError) as raised:
+        while True:  # sleep reads nothing: the pipe, then the buffer, fill up
+            child.stdin.write(b"z" * 65536, timeout=0.2)
+    assert raised.value.reason is ProcessReason.TIMEOUT
+    assert raised.value.target == "sleep"
+    child.kill()
+    assert child.join(_GUARD_S)
 
 
 def test_stdin_write_after_close_and_bad_arguments(system: System) -> None:
