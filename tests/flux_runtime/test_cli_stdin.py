@@ -73,6 +73,22 @@ def test_a_terminal_stdin_is_forwarded_only_with_interactive(
     assert run.stdout.startswith(expected)  # never the terminal itself
 
 
+def test_interactive_forwards_what_is_typed_at_the_terminal(tmp_path: Path) -> None:
+    master, slave = os.openpty()
+    try:
+        args = [*flux_argv(), "exec", "--workspace", str(tmp_path), "-i", "--", "cat"]
+        with subprocess.Popen(
+            args, stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=flux_env()
+        ) as proc:
+            os.write(master, b"typed\n\x04")  # a line, then Ctrl-D at a line start: EOF
+            out, err = proc.communicate(timeout=HANG_GUARD_S)
+    finally:
+        os.close(slave)
+        os.close(master)
+    assert proc.returncode == 0, err
+    assert out == b"typed\n"
+
+
 @pytest.mark.slow
 def test_100_mib_stdin_streams_through_cat_in_bounded_memory(tmp_path: Path) -> None:
     def peak_rss_kib(size: int, report: Path) -> int:
