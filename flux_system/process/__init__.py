@@ -1,10 +1,12 @@
 """Processes: argv-only children beneath a workspace, bounded output, no survivors.
 
 The one spawn builder (``_spawn._build_spawn``) creates every process; the environment
-starts empty (``_env``), output is drained under a cap (``_drain``), and every tree is
-killed and reaped on every path (``_reap``, ``_cgroup``). The modules here are private;
-the public names are ``__all__`` and are re-exported by :mod:`flux_system`. This
-subpackage imports :mod:`flux_system.workspace` and :mod:`flux_system._exceptions` only.
+starts empty (``_env``), output is drained under a cap (``_drain``) or streamed to a
+consumer with back-pressure and stdin fed from a writer (``_stream``, ``_flowdrive``),
+and every tree is killed and reaped on every path (``_reap``, ``_cgroup``). The modules
+here are private; the public names are ``__all__`` and are re-exported by
+:mod:`flux_system`. This subpackage imports :mod:`flux_system.workspace` and
+:mod:`flux_system._exceptions` only.
 """
 
 from __future__ import annotations

@@ -210,6 +210,8 @@ class ManagedChild:
         read; the iterator ends once the tree is reaped and everything was taken.
         Blocks between chunks (a signal handler that raises interrupts the wait).
         Several consumers share one queue: each chunk goes to one of them.
+        Not guaranteed after :meth:`kill` (or ``System.close()``): what the killed tree
+        left in its pipes is delivered only as far as the bounded post-kill read got.
 
         Raises:
             ValueError: the child was not spawned with ``stream_output=True``.

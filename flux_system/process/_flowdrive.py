@@ -56,7 +56,9 @@ def drive_flow(sess: Session, deadline: float | None, flow: Flow) -> bool:
             for fd, sink in sinks:  # a ring buffer (output not streamed) never pauses
                 paused = isinstance(sink, StreamSink) and sink.paused
                 want(fd, 0 if paused else select.POLLIN)
-            if sp.stdin_fd is not None:
+            if sp.stdin_fd is not None and flow.stdin is None:  # a bytes stdin, as run()
+                want(sp.stdin_fd, select.POLLOUT)
+            elif sp.stdin_fd is not None:
                 if flow.stdin_at_eof():
                     sess.close_stdin()
                     flow.stdin_gone()
@@ -85,6 +87,8 @@ def drive_flow(sess: Session, deadline: float | None, flow: Flow) -> bool:
                     sess.on_exit()  # closes stdin: the rest of it is dropped
                     flow.stdin_gone()
                     grace_end = time.monotonic() + _DRAIN_AFTER_EXIT_S
+                elif fd == sp.stdin_fd and flow.stdin is None:
+                    sess.on_writable()
                 elif fd == sp.stdin_fd:
                     if not flow.write_stdin(fd):
                         sess.close_stdin()

@@ -25,6 +25,7 @@ import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from flux_system._exceptions import ProcessError, ProcessReason
 from flux_system.process._drain import CHUNK, LineObserver, _Lines, devnull, grow_pipe
 
 __all__ = ["ChildStdin", "Flow", "OutputChunk", "StreamSink"]
@@ -55,7 +56,8 @@ class OutputChunk:
 class Flow:
     """The shared state of one streamed child (private; see the module docstring)."""
 
-    def __init__(self, *, cap: int | None, stdin: bool) -> None:
+    def __init__(self, *, cap: int | None, stdin: bool, target: str | None = None) -> None:
+        self.target = target
         self._cond = threading.Condition(threading.Lock())
         self._queue: collections.deque[OutputChunk] = collections.deque()
         self._queued = {"stdout": 0, "stderr": 0}
@@ -191,7 +193,12 @@ class Flow:
                 lambda: self._stdin_closed or self._stdin_size < _STDIN_BYTES, timeout
             )
             if not ok:
-                raise TimeoutError("child stdin is full")
+                raise ProcessError(
+                    f"the child's stdin stayed full for {timeout} s",
+                    op="stdin.write",
+                    target=self.target,
+                    reason=ProcessReason.TIMEOUT,
+                )
             if self._stdin_closed:
                 return False
             if data:
@@ -237,7 +244,8 @@ class ChildStdin:
         Raises:
             TypeError: *data* is not bytes-like.
             ValueError: called after :meth:`close`.
-            TimeoutError: the buffer stayed full for *timeout* seconds (nothing taken).
+            ProcessError: ``TIMEOUT`` — the buffer stayed full for *timeout* seconds
+                (nothing of *data* was taken).
         """
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError("data must be bytes")

@@ -179,16 +179,8 @@ class System:
                     reason=ProcessReason.TOO_MANY_CHILDREN,
                 )
             self._slots += 1
-        spec = SpawnSpec(
-            items,
-            env,
-            self._base_env,
-            cwd,
-            with_stdin or stdin is not None,
-            limits,
-            self._priv,
-            self._cgroups,
-        )
+        piped = with_stdin or stdin is not None
+        spec = SpawnSpec(items, env, self._base_env, cwd, piped, limits, self._priv, self._cgroups)
         try:
             return _build_spawn(spec, self._ws)
         except BaseException:
@@ -448,7 +440,8 @@ class System:
         flow: Flow | None = None
         try:
             if stream_output or stream_stdin:
-                flow = Flow(cap=output_cap if stream_output else None, stdin=bool(stream_stdin))
+                cap = output_cap if stream_output else None
+                flow = Flow(cap=cap, stdin=bool(stream_stdin), target=sp.target)
             with self._lock:
                 child = ManagedChild(
                     sp,

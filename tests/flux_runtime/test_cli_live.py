@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import signal
@@ -41,6 +42,26 @@ _PIPES = {"stdin": subprocess.DEVNULL, "stdout": subprocess.PIPE, "stderr": subp
 _PIDFILE = "echo $$ > pid.tmp; mv pid.tmp pid; exec yes"
 
 
+def _wait_until_write_blocked(pid: int) -> None:
+    """Wait until a thread of *pid* sleeps in a pipe write (its wait channel says so).
+
+    Where the kernel shows no wait channel names, a short delay stands in.
+    """
+    deadline = time.monotonic() + HANG_GUARD_S
+    while True:
+        channels = []
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError):
+                channels.append((task / "wchan").read_text())
+        if any("pipe_write" in c for c in channels):
+            return
+        if not any(c not in ("", "0") for c in channels):
+            time.sleep(0.5)  # no wait channel names here: give the write time to block
+            return
+        assert time.monotonic() < deadline, f"hang guard: no blocked write in {channels}"
+        time.sleep(0.01)
+
+
 def test_first_line_of_a_slow_producer_arrives_before_it_exits(tmp_path: Path) -> None:
     # The producer cannot exit before the test creates `go`: whatever arrives first
     # was delivered live. A progress bar's "\r" (no newline) must arrive too.
@@ -72,13 +93,16 @@ def test_reader_going_away_kills_the_tree_and_exits_141(tmp_path: Path) -> None:
 def test_a_blocked_writer_is_still_killed_by_timeout(tmp_path: Path) -> None:
     # Nobody reads flux's stdout: flux's write blocks, the pipe from the command fills,
     # the command blocks writing. --timeout must still kill it, and flux must exit.
-    args = ("exec", "--workspace", str(tmp_path), "--timeout", "1", "--", "sh", "-c", _PIDFILE)
+    # 3 s: ample time for both writes to block first, even on a loaded host.
+    args = ("exec", "--workspace", str(tmp_path), "--timeout", "3", "--", "sh", "-c", _PIDFILE)
     with popen(*args, **_PIPES) as proc:
         pid = int(_wait_for_file(tmp_path / "pid"))
+        _wait_until_write_blocked(proc.pid)  # flux's own write to its stdout
+        _wait_until_write_blocked(pid)  # and the command's, into its full pipe
         assert proc.wait(timeout=HANG_GUARD_S) == 124  # stdout never read
         assert not alive(pid)
         assert proc.stderr is not None
-        assert b"timed out after 1.0 s; sh was killed" in proc.stderr.read()
+        assert b"timed out after 3.0 s; sh was killed" in proc.stderr.read()
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
@@ -89,7 +113,7 @@ def test_a_signal_still_ends_flux_while_its_write_is_blocked(
         pid = int(_wait_for_file(tmp_path / "pid"))
         assert proc.stdout is not None
         _read_until(proc.stdout.fileno(), b"y\n")  # flowing; then nobody reads any more
-        time.sleep(0.5)  # let flux's write block (a delay, not a timing check)
+        _wait_until_write_blocked(proc.pid)
         proc.send_signal(sig)
         assert proc.wait(timeout=HANG_GUARD_S) == 128 + sig
         assert not alive(pid)

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
-from tests.flux_runtime._flux import flux
+from tests.flux_runtime._flux import HANG_GUARD_S, flux, popen
 
 
 def _report(tmp_path: Path, *args: str, input: bytes | None = None) -> tuple[int, dict[str, Any]]:
@@ -62,3 +65,18 @@ def test_report_in_a_missing_directory_is_refused_before_running(tmp_path: Path)
     assert run.returncode == 125
     assert str(tmp_path / "nope").encode() in run.stderr
     assert not marker.exists()
+
+
+def test_report_when_flux_itself_is_signalled(tmp_path: Path) -> None:
+    report = tmp_path / "r.json"
+    args = ("exec", "--workspace", str(tmp_path), "--report", str(report), "--")
+    script = "touch started; exec sleep 600"
+    with popen(*args, "sh", "-c", script, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE) as p:
+        deadline = time.monotonic() + HANG_GUARD_S
+        while not (tmp_path / "started").exists():
+            assert time.monotonic() < deadline, "hang guard"
+            time.sleep(0.01)
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=HANG_GUARD_S) == 143
+    r = json.loads(report.read_text())
+    assert (r["ended"], r["flux_exit"], r["exit_code"]) == ("interrupted", 143, None)

@@ -11,9 +11,18 @@ from pathlib import Path
 
 import pytest
 
+from tests._capabilities import require
 from tests.flux_runtime._flux import HANG_GUARD_S, flux, flux_argv, flux_env
 
 _MIB = 1 << 20
+
+
+def _openpty() -> tuple[int, int]:
+    try:
+        return os.openpty()
+    except OSError:
+        require(False, "a pseudo-terminal (/dev/ptmx)")
+        raise
 
 
 def test_piped_stdin_reaches_the_command(tmp_path: Path) -> None:
@@ -54,7 +63,7 @@ def test_a_command_that_stops_reading_is_not_an_error(tmp_path: Path) -> None:
 def test_a_terminal_stdin_is_forwarded_only_with_interactive(
     tmp_path: Path, interactive: bool, expected: bytes
 ) -> None:
-    master, slave = os.openpty()
+    master, slave = _openpty()
     try:
         flags = ["-i"] if interactive else []
         command = ["readlink", "/proc/self/fd/0"]
@@ -71,6 +80,22 @@ def test_a_terminal_stdin_is_forwarded_only_with_interactive(
         os.close(master)
     assert run.returncode == 0, run.stderr
     assert run.stdout.startswith(expected)  # never the terminal itself
+
+
+def test_interactive_forwards_what_is_typed_at_the_terminal(tmp_path: Path) -> None:
+    master, slave = _openpty()
+    try:
+        args = [*flux_argv(), "exec", "--workspace", str(tmp_path), "-i", "--", "cat"]
+        with subprocess.Popen(
+            args, stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=flux_env()
+        ) as proc:
+            os.write(master, b"typed\n\x04")  # a line, then Ctrl-D at a line start: EOF
+            out, err = proc.communicate(timeout=HANG_GUARD_S)
+    finally:
+        os.close(slave)
+        os.close(master)
+    assert proc.returncode == 0, err
+    assert out == b"typed\n"
 
 
 @pytest.mark.slow

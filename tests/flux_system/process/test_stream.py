@@ -1,4 +1,4 @@
-"""``System.spawn(stream_output=True, stream_stdin=True)``: chunks in order with
+"""``System.spawn(stream_output=True, timeout=_GUARD_S, stream_stdin=True)``: chunks in order with
 back-pressure, a bounded stdin writer, the cap, and the tree kill unchanged."""
 
 from __future__ import annotations
@@ -14,11 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from flux_system import OutputChunk, System
+from flux_system import OutputChunk, ProcessError, ProcessReason, System
 from tests.flux_system.process._process_support import REPO, make_ws, procs, survivors
 
 _MIB = 1 << 20
-_GUARD_S = 120.0  # hang guard for a join on a loaded host, never a timing check
+# Hang guard (a join, and the timeout of every child here, so a regression fails
+# instead of hanging), on a loaded host; never a timing check.
+_GUARD_S = 120.0
 
 
 @pytest.fixture
@@ -33,7 +35,7 @@ def _joined(chunks: list[OutputChunk], stream: str) -> bytes:
 
 def test_chunks_arrive_as_produced_and_in_order(system: System, tmp_path: Path) -> None:
     script = "echo one; while [ ! -e go ]; do sleep 0.01; done; echo two >&2; printf three"
-    child = system.spawn(["sh", "-c", script], stream_output=True)
+    child = system.spawn(["sh", "-c", script], stream_output=True, timeout=_GUARD_S)
     it = child.chunks()
     first = next(it)  # delivered while the child still waits for `go`
     assert first == OutputChunk("stdout", b"one\n")
@@ -48,7 +50,9 @@ def test_chunks_arrive_as_produced_and_in_order(system: System, tmp_path: Path) 
 
 
 def test_a_consumer_that_does_not_take_pauses_the_child(system: System, tmp_path: Path) -> None:
-    child = system.spawn(["sh", "-c", "head -c 67108864 /dev/zero; touch done"], stream_output=True)
+    child = system.spawn(
+        ["sh", "-c", "head -c 67108864 /dev/zero; touch done"], stream_output=True, timeout=_GUARD_S
+    )
     it = child.chunks()
     got = len(next(it).data)
     time.sleep(1.0)  # room to run ahead if it could (a delay, not a timing check)
@@ -60,7 +64,9 @@ def test_a_consumer_that_does_not_take_pauses_the_child(system: System, tmp_path
 
 
 def test_output_cap_delivers_that_many_bytes_and_says_truncated_once(system: System) -> None:
-    child = system.spawn(["head", "-c", "5000000", "/dev/zero"], stream_output=True, output_cap=7)
+    child = system.spawn(
+        ["head", "-c", "5000000", "/dev/zero"], stream_output=True, timeout=_GUARD_S, output_cap=7
+    )
     chunks = list(child.chunks())
     assert _joined(chunks, "stdout") == b"\0" * 7
     assert [c.truncated for c in chunks].count(True) == 1
@@ -71,7 +77,7 @@ def test_output_cap_delivers_that_many_bytes_and_says_truncated_once(system: Sys
 
 def test_cap_met_exactly_then_more_still_says_truncated(system: System, tmp_path: Path) -> None:
     script = "printf abcd; while [ ! -e go ]; do sleep 0.01; done; printf efgh"
-    child = system.spawn(["sh", "-c", script], stream_output=True, output_cap=4)
+    child = system.spawn(["sh", "-c", script], stream_output=True, timeout=_GUARD_S, output_cap=4)
     it = child.chunks()
     assert next(it) == OutputChunk("stdout", b"abcd", False)
     (tmp_path / "go").touch()
@@ -79,7 +85,7 @@ def test_cap_met_exactly_then_more_still_says_truncated(system: System, tmp_path
 
 
 def test_stdin_writer_streams_in_order_and_closes_at_eof(system: System) -> None:
-    child = system.spawn(["sha256sum"], stream_output=True, stream_stdin=True)
+    child = system.spawn(["sha256sum"], stream_output=True, timeout=_GUARD_S, stream_stdin=True)
     stdin = child.stdin
     assert stdin is not None
     digest = hashlib.sha256()
@@ -100,8 +106,26 @@ def test_stdin_writer_streams_in_order_and_closes_at_eof(system: System) -> None
     assert stdin.closed
 
 
+def test_bytes_stdin_with_streamed_output(system: System) -> None:
+    data = bytes(range(256)) * 4096  # 1 MiB: more than a pipe holds
+    child = system.spawn(["cat"], stdin=data, stream_output=True, timeout=_GUARD_S)
+    assert _joined(list(child.chunks()), "stdout") == data
+    assert child.status().exit_code == 0
+
+
+def test_streamed_stdin_with_ring_buffered_output(system: System) -> None:
+    child = system.spawn(["cat"], stream_stdin=True, timeout=_GUARD_S)
+    assert child.stdin is not None
+    assert child.stdin.write(b"ring")
+    child.stdin.close()
+    assert child.join(_GUARD_S)
+    assert child.read_output().stdout == b"ring"
+
+
 def test_a_child_that_stops_reading_its_stdin_is_not_an_error(system: System) -> None:
-    child = system.spawn(["head", "-c", "3"], stream_output=True, stream_stdin=True)
+    child = system.spawn(
+        ["head", "-c", "3"], stream_output=True, timeout=_GUARD_S, stream_stdin=True
+    )
     assert child.stdin is not None
     writes = 0
     while child.stdin.write(b"y" * 65536):  # until the child's exit closes its stdin
@@ -112,8 +136,20 @@ def test_a_child_that_stops_reading_its_stdin_is_not_an_error(system: System) ->
     assert child.stdin.closed
 
 
+def test_stdin_write_timeout_is_a_process_error(system: System) -> None:
+    child = system.spawn(["sleep", "60"], stream_output=True, stream_stdin=True, timeout=_GUARD_S)
+    assert child.stdin is not None
+    with pytest.raises(ProcessError) as raised:
+        while True:  # sleep reads nothing: the pipe, then the buffer, fill up
+            child.stdin.write(b"z" * 65536, timeout=0.2)
+    assert raised.value.reason is ProcessReason.TIMEOUT
+    assert raised.value.target == "sleep"
+    child.kill()
+    assert child.join(_GUARD_S)
+
+
 def test_stdin_write_after_close_and_bad_arguments(system: System) -> None:
-    child = system.spawn(["cat"], stream_output=True, stream_stdin=True)
+    child = system.spawn(["cat"], stream_output=True, timeout=_GUARD_S, stream_stdin=True)
     assert child.stdin is not None
     child.stdin.close()
     with pytest.raises(ValueError):
@@ -135,7 +171,7 @@ def test_stdin_write_after_close_and_bad_arguments(system: System) -> None:
 
 def test_kill_of_a_paused_child_ends_it_and_its_tree(system: System) -> None:
     script = 'setsid sh -c "sleep 60 & echo \\$!"; echo $$; exec yes'
-    child = system.spawn(["sh", "-c", script], stream_output=True)
+    child = system.spawn(["sh", "-c", script], stream_output=True, timeout=_GUARD_S)
     it = child.chunks()
     head = b""
     while head.count(b"\n") < 2:
@@ -171,7 +207,7 @@ def test_output_left_by_an_exited_child_is_delivered_at_the_consumers_pace(
         "open('exited', 'w').close()\n"
     )
     size = 2 * _MIB
-    child = system.spawn([sys.executable, "-c", script], stream_output=True)
+    child = system.spawn([sys.executable, "-c", script], stream_output=True, timeout=_GUARD_S)
     deadline = time.monotonic() + _GUARD_S
     while not (tmp_path / "exited").exists():
         assert time.monotonic() < deadline, "hang guard"
@@ -182,7 +218,9 @@ def test_output_left_by_an_exited_child_is_delivered_at_the_consumers_pace(
 
 def test_async_chunks(system: System) -> None:
     async def main() -> bytes:
-        child = system.spawn(["sh", "-c", "echo a; sleep 0.1; echo b"], stream_output=True)
+        child = system.spawn(
+            ["sh", "-c", "echo a; sleep 0.1; echo b"], stream_output=True, timeout=_GUARD_S
+        )
         return b"".join([c.data async for c in child.achunks()])
 
     assert asyncio.run(main()) == b"a\nb\n"
