@@ -6,7 +6,7 @@
    target <= 3x; the ratio to a native ``Workspace.read_bytes`` is reported beside it.
 2. Streamed process output through the remote (``spawn`` of ``head -c 256M
    /dev/zero``, every byte delivered to ``on_output``): MB/s, target >= 100 MB/s, with
-   the native figure (``System.spawn`` with a byte observer) beside it.
+   the native figure (``System.spawn(stream_output=True)``) beside it.
 3. N concurrent clients (threads, one connection each) x 1,000 small reads against one
    server: total ops/s for N = 1, 2, 4, 8, 16, 32.
 """
@@ -22,13 +22,16 @@ import sys
 import tempfile
 import threading
 import time
+import typing
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import record, side_by_side
 from flux_system import System, Workspace
+from flux_system.port import Substrate
 from flux_system.remote import connect
+from flux_system.remote._parts import RemoteProcesses
 
 REPO = str(Path(__file__).resolve().parent.parent)
 PAYLOAD = 4096
@@ -128,21 +131,21 @@ def main() -> None:
                     got[0] += len(data)
 
                 t0 = time.perf_counter()
-                child = sub.processes.spawn(["head", "-c", str(size), "/dev/zero"], on_output=count)  # type: ignore[call-arg]
+                procs = typing.cast(RemoteProcesses, sub.processes)
+                child = procs.spawn(["head", "-c", str(size), "/dev/zero"], on_output=count)
                 child.join(600)
                 rates.append(size / (time.perf_counter() - t0) / 1e6)
                 assert got[0] == size, got
             with Workspace(root) as ws, System(ws) as system:
                 native_rates = []
                 for _ in range(3):
-                    n = [0]
-
-                    def seen(stream: str, line: bytes, n: list[int] = n) -> None:
-                        n[0] += len(line)
-
                     t0 = time.perf_counter()
-                    c = system.spawn(["head", "-c", str(size), "/dev/zero"], observer=seen)
-                    c.join(600)
+                    child_n = system.spawn(
+                        ["head", "-c", str(size), "/dev/zero"], stream_output=True
+                    )
+                    total = sum(len(chunk.data) for chunk in child_n.chunks())
+                    child_n.join(600)
+                    assert total == size
                     native_rates.append(size / (time.perf_counter() - t0) / 1e6)
             stream_rate = statistics.median(rates)
             native_rate = statistics.median(native_rates)
@@ -155,15 +158,15 @@ def main() -> None:
 
             scaling: dict[str, float] = {}
             for n_clients in (1, 2, 4, 8, 16, 32):
-                clients = [connect(f"unix:{port_path}") for _ in range(n_clients)]
+                subs = [connect(f"unix:{port_path}") for _ in range(n_clients)]
                 barrier = threading.Barrier(n_clients + 1)
 
-                def work(c: object, barrier: threading.Barrier = barrier) -> None:
+                def work(s: Substrate, barrier: threading.Barrier = barrier) -> None:
                     barrier.wait()
                     for _ in range(1000):
-                        c.files.read_bytes("f4k")  # type: ignore[attr-defined]
+                        s.files.read_bytes("f4k")
 
-                threads = [threading.Thread(target=work, args=(c,)) for c in clients]
+                threads = [threading.Thread(target=work, args=(s,)) for s in subs]
                 for t in threads:
                     t.start()
                 barrier.wait()
@@ -172,8 +175,8 @@ def main() -> None:
                     t.join()
                 ops = n_clients * 1000 / (time.perf_counter() - t0)
                 scaling[str(n_clients)] = ops
-                for c in clients:
-                    c.close()
+                for s in subs:
+                    s.close()
                 print(f"{n_clients:2d} clients x 1,000 reads: {ops:,.0f} ops/s")
             figures["concurrent_ops_s"] = scaling
             sub.close()
