@@ -11,7 +11,17 @@ from __future__ import annotations
 
 from flux_system.remote._config import ServerConfig, ServerLimits
 from flux_system.remote._connect import connect
+from flux_system.remote._credentials import server_tls_context, token_from_env, token_from_file
 from flux_system.remote._parts import RemoteChild
 from flux_system.remote._server import PortServer
 
-__all__ = ["PortServer", "RemoteChild", "ServerConfig", "ServerLimits", "connect"]
+__all__ = [
+    "PortServer",
+    "RemoteChild",
+    "ServerConfig",
+    "ServerLimits",
+    "connect",
+    "server_tls_context",
+    "token_from_env",
+    "token_from_file",
+]

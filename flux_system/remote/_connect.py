@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ssl
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from flux_system._exceptions import PortError, PortReason
 from flux_system.port import Substrate, Unserved
@@ -27,12 +27,15 @@ def connect(
     token: str | None = None,
     ssl_context: ssl.SSLContext | None = None,
     timeout: float = 10.0,
+    env: Mapping[str, str] | None = None,
 ) -> Substrate:
     """Connect to a ``flux serve`` and return the :class:`Substrate` it serves.
 
     *target* is ``"unix:PATH"``, ``"tcp://HOST:PORT"`` (IPv6 as ``tcp://[::1]:PORT``),
     or an argv (a sequence of str, e.g. ``["ssh", "host", "flux", "serve", "--stdio"]``)
-    spawned and spoken to over its stdin/stdout.
+    spawned and spoken to over its stdin/stdout (through :class:`~flux_system.System`,
+    in a private empty directory, with the allow-listed environment, ``SSH_AUTH_SOCK``
+    and *env*; its stderr is relayed to ours).
 
     Guarantee: the families the server announced are served through the connection;
     every other family is :class:`~flux_system.port.Unserved`. Everything the server
@@ -52,7 +55,7 @@ def connect(
     elif isinstance(target, Sequence) and target and all(isinstance(a, str) for a in target):
         from flux_system.remote._stdio import open_stdio_channel
 
-        channel = open_stdio_channel(list(target))
+        channel = open_stdio_channel(list(target), env)
         shown = f"stdio:{target[0]}"
     else:
         raise PortError(
@@ -60,7 +63,11 @@ def connect(
             op="connect",
             reason=PortReason.PROTOCOL,
         )
-    client = Client(channel, target=shown, token=token, timeout=timeout)
+    try:
+        client = Client(channel, target=shown, token=token, timeout=timeout)
+    except BaseException:
+        channel.close()
+        raise
     ops = client.operations
     none = Unserved(shown)
     return Substrate(

@@ -158,3 +158,48 @@ def test_unix_connections_from_many_threads_never_cross(tmp_path: Path) -> None:
         for t in threads:
             t.join(120)
     assert errors == []
+
+
+STDIO_SERVER = """
+import sys
+sys.path.insert(0, {repo!r})
+from flux_system import System, Workspace
+from flux_system.remote import PortServer, ServerConfig
+ws = Workspace({root!r})
+with System(ws) as system:
+    PortServer(ServerConfig(ws, system=system), log=lambda line: None).serve_stdio()
+"""
+
+
+def test_remote_substrate_over_stdio_conforms() -> None:
+    import sys
+
+    from tests.flux_system.remote._harness import REPO
+
+    def factory() -> Substrate:
+        root = next(_fresh_dirs())
+        return connect([sys.executable, "-c", STDIO_SERVER.format(repo=REPO, root=str(root))])
+
+    results = check_substrate(factory, require=FAMILIES)
+    assert all(r.outcome in ("passed", "unserved") for r in results)
+
+
+def test_stdio_transport_kills_the_server_on_close(tmp_path: Path) -> None:
+    import sys
+
+    import psutil
+
+    from tests.flux_system.remote._harness import REPO
+
+    sub = connect([sys.executable, "-c", STDIO_SERVER.format(repo=REPO, root=str(tmp_path))])
+    me = sub.identity.identity()
+    assert me.remotely_reported and psutil.pid_exists(me.pid)  # positive control
+    child = sub.processes.spawn(["sleep", "60"])
+    grandchild = child.pid
+    sub.close()
+    for pid in (me.pid, grandchild):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc = psutil.Process(pid)
+            with contextlib.suppress(psutil.TimeoutExpired):
+                proc.wait(30)
+            assert proc.status() == psutil.STATUS_ZOMBIE, f"{pid} outlived close()"
