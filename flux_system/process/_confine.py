@@ -40,8 +40,9 @@ class Denial:
 class Denials:
     """What a sandboxed run was denied, as far as the host could observe.
 
-    ``observable`` is ``False`` when the backend cannot see denials at all (``reason``
-    says why); ``records`` is then empty and means nothing.
+    ``observable`` is ``False`` when the backend cannot see syscall and file denials
+    (``reason`` says why); ``records`` then holds only what the host did observe — the
+    egress proxy's refusals (layer ``proxy``) — and their absence proves nothing.
     """
 
     records: tuple[Denial, ...] = ()

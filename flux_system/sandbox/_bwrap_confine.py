@@ -9,6 +9,7 @@ file offset), and the whole command line goes into a sealed memfd for ``--args``
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import pwd
@@ -27,6 +28,7 @@ from flux_system.process._confine import Denials, Launch
 from flux_system.sandbox._protected import BUILTIN_PROTECTED, Found, find_protected
 
 if typing.TYPE_CHECKING:
+    from flux_system.sandbox._proxy_run import ProxyRun
     from flux_system.sandbox._sandbox import Sandbox
 
 __all__ = ["BwrapConfinement", "check_home", "limits_of", "workspace_roots"]
@@ -132,8 +134,14 @@ class BwrapConfinement:
         self._limits = limits_of(profile)
         self._plan = sandbox._plan
         self._launcher: tuple[str, list[str]] | None = None
-        if self._plan.landlock_inside and self._plan.python is not None:
-            self._launcher = (self._plan.python, self._launcher_binds(self._plan.python))
+        self._proxy = sandbox.network == "proxy"
+        python = self._plan.python if self._plan.landlock_inside or self._proxy else None
+        if self._proxy and python is None:
+            from flux_system.sandbox._proxy_run import proxy_launcher_python  # network proxy only
+
+            python = proxy_launcher_python()  # the forwarder needs the launcher inside
+        if python is not None:
+            self._launcher = (python, self._launcher_binds(python))
         self._landlock_read = (
             *visible,
             *(p for _, p, w in self._roots if not w),
@@ -158,7 +166,7 @@ class BwrapConfinement:
             self._visible = self._visible | {prefix}
         return opts
 
-    def _launcher_spec(self, home: str) -> bytes:
+    def _launcher_spec(self, home: str, proxy: ProxyRun | None) -> bytes:
         no_net = self._net and self._sandbox.network == "none"
         landlock = {
             "read": list(self._landlock_read),
@@ -167,7 +175,13 @@ class BwrapConfinement:
             "tcp_connect": [] if no_net else None,
             "scope": True,
         }
-        return json.dumps({"landlock": landlock, "rlimits": []}).encode()
+        spec: dict[str, object] = {
+            "landlock": landlock if self._plan.landlock_inside else None,
+            "rlimits": [],
+        }
+        if proxy is not None:
+            spec["forwarder"] = proxy.launcher_spec
+        return json.dumps(spec).encode()
 
     def default_limits(self) -> Limits | None:
         return self._limits
@@ -213,7 +227,13 @@ class BwrapConfinement:
             child_env["TMPDIR"] = "/tmp"
         owned: list[int] = []
         launch = Launch(argv=(), executable=self._bwrap, env={}, owned_fds=owned)
+        proxy: ProxyRun | None = None
         try:
+            if self._proxy:
+                from flux_system.sandbox._proxy_run import start_proxy  # loads flux_system.net
+
+                proxy = start_proxy(self._sandbox)
+                child_env.update(proxy.env)
             found: list[tuple[str, Found]] = []
             for fd, path, writable in self._roots:
                 if writable:
@@ -229,7 +249,8 @@ class BwrapConfinement:
                 owned.append(seccomp_fd)
             command = [exe, *argv[1:]]
             if self._launcher is not None:
-                spec_fd = _bwrap.memfd_with("flux-launcher-spec", self._launcher_spec(home))
+                spec = self._launcher_spec(home, proxy)
+                spec_fd = _bwrap.memfd_with("flux-launcher-spec", spec)
                 owned.append(spec_fd)
                 python, _ = self._launcher
                 command = [python, "-I", "-S", f"{LAUNCHER_DIR}/_launcher.py"]
@@ -250,10 +271,14 @@ class BwrapConfinement:
             if self._launcher is not None:
                 opts += self._launcher[1]
                 fds.append(spec_fd)
+            if proxy is not None:
+                opts += proxy.bwrap_args
             args_fd = _bwrap.memfd_with("flux-bwrap-args", _bwrap.encode_args(opts))
             owned.append(args_fd)
         except OSError as exc:
             launch.close_fds()
+            if proxy is not None:
+                proxy.finish()
             raise SpawnError(
                 f"the sandbox could not be prepared: {exc.strerror}",
                 op="run",
@@ -262,14 +287,22 @@ class BwrapConfinement:
             ) from exc
         except BaseException:
             launch.close_fds()
+            if proxy is not None:
+                proxy.finish()
             raise
         launch.argv = (self._bwrap, "--args", str(args_fd), "--", *command)
         launch.pass_fds = (args_fd, *fds)
-        launch.finish = self._finish
+        launch.finish = functools.partial(self._finish, proxy=proxy)
         return launch
 
-    def _finish(self, code: int) -> Denials:
-        return Denials((), observable=False, reason=self._plan.denial_reason)
+    def _finish(self, code: int, *, proxy: ProxyRun | None = None) -> Denials:
+        """The run's denials: the proxy's refusals (network proxy); syscalls unobservable."""
+        if proxy is None:
+            return Denials((), observable=False, reason=self._plan.denial_reason)
+        from flux_system.sandbox._proxy_run import as_denials
+
+        records = as_denials(proxy.finish())
+        return Denials(records, observable=False, reason=self._plan.denial_reason)
 
 
 def limits_of(profile: typing.Any) -> Limits | None:

@@ -4,10 +4,12 @@ Run by bwrap as ``python3 -I -S <dir>/_launcher.py --spec FD -- COMMAND ARGS...`
 bwrap's setup and its seccomp filter: a Landlocked process cannot mount, so Landlock
 must come after bwrap). It reads a JSON spec from fd FD (then closes it), applies, in
 order, the steps the spec asks for — Landlock (the ``strict`` profile's extra layer),
-resource limits — and ``execv``\\ s the command, which keeps pid 1.
+resource limits, the egress forwarder (network mode ``proxy``) — and ``execv``\\ s the
+command, which keeps pid 1.
 
-It imports only the standard library and its sibling ``_landlock.py``, loaded by file
-path: the ``flux_system`` package (and its dependencies) need not be importable inside.
+It imports only the standard library and its siblings ``_landlock.py`` and
+``_forwarder.py`` (with ``_proxy_relay.py``), loaded by file path: the ``flux_system``
+package (and its dependencies) need not be importable inside.
 
 Guarantee: the command is exec'd only after every requested step succeeded; any failure
 prints one line ``flux-launcher: ...`` to stderr and exits 125, without running it.
@@ -78,6 +80,37 @@ def _rlimits(pairs: list[list[int]]) -> None:
         resource.setrlimit(res, (value, value))
 
 
+def _forwarder(spec: dict[str, typing.Any], fw: typing.Any) -> None:
+    """Network mode ``proxy``: start the forwarder (``_forwarder.py``) before the command.
+
+    The listener is bound and the proxy's lifeline connected here, before anything of
+    the command runs (no start-up race). A double fork leaves the forwarder outside
+    this process's children, its stdio on ``/dev/null`` and no other fd open; it lives
+    in the sandbox's pid namespace and dies with it. *fw* is the module, loaded (with
+    ``fw.preload()``) before the restrictions. Raises OSError.
+    """
+    path = str(spec["socket"])
+    listener = fw.bind_listener(int(spec["port"]))
+    lifeline = fw.open_lifeline(path)
+    keep = sorted((listener.fileno(), lifeline.fileno()))
+    pid = os.fork()
+    if pid == 0:
+        try:
+            if os.fork() == 0:
+                null = os.open("/dev/null", os.O_RDWR)
+                for fd in (0, 1, 2):
+                    os.dup2(null, fd)
+                os.closerange(3, keep[0])
+                os.closerange(keep[0] + 1, keep[1])
+                os.closerange(keep[1] + 1, os.sysconf("SC_OPEN_MAX"))
+                fw.serve(listener, path, lifeline)
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    listener.close()
+    lifeline.close()
+
+
 def main(argv: list[str]) -> typing.NoReturn:
     if len(argv) < 4 or argv[0] != "--spec" or argv[2] != "--":
         _fail("usage: _launcher.py --spec FD -- COMMAND [ARGS...]")
@@ -86,6 +119,13 @@ def main(argv: list[str]) -> typing.NoReturn:
     except (OSError, ValueError) as exc:
         _fail(f"cannot read the spec: {exc}")
     command = argv[3:]
+    forwarder = None
+    if spec.get("forwarder") is not None:  # loaded now: Landlock may forbid it later
+        forwarder = _sibling("_forwarder")
+        try:
+            forwarder.preload()
+        except (OSError, ImportError) as exc:
+            _fail(f"cannot load the egress forwarder: {exc}")
     try:
         if spec.get("landlock") is not None:
             _landlock(spec["landlock"])
@@ -93,6 +133,11 @@ def main(argv: list[str]) -> typing.NoReturn:
             _rlimits(spec["rlimits"])
     except (OSError, ValueError, TypeError) as exc:
         _fail(f"cannot restrict: {exc}")
+    try:
+        if forwarder is not None:
+            _forwarder(spec["forwarder"], forwarder)
+    except (OSError, ValueError, TypeError, KeyError) as exc:
+        _fail(f"cannot start the egress forwarder: {exc}")
     try:
         os.execv(command[0], command)  # noqa: S606 - argv only, never a shell
     except OSError as exc:
