@@ -8,22 +8,33 @@ positive control: the allowed server is reached through the same sandbox.
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import json
 import os
 import random
+import shutil
 import ssl
+import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import trustme
 
-from flux_system import RunResult, System, Workspace
+from flux_system import ProcessTimeoutError, RunResult, System, Workspace
 from flux_system.net import DnsResolver, Resolver, StaticResolver
-from flux_system.sandbox import Sandbox, SandboxSettings
+from flux_system.sandbox import Sandbox, SandboxSettings, _proxy_run
 from tests._capabilities import require
 from tests.flux_system.net._servers import FlipDnsServer, Handler, LoopbackHTTP
-from tests.flux_system.sandbox._support import SYSTEM_PYTHON, require_bwrap
+from tests.flux_system.sandbox._support import (
+    SYSTEM_PYTHON,
+    copy_package,
+    require_bwrap,
+    require_unprivileged,
+    world_dir,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -216,3 +227,167 @@ def test_https_through_connect_inside_the_sandbox(workspace: Workspace, ca: trus
         )
     assert out["https"] == [200, "hello from the host"]
     assert tls.sni == ["api.flux.test"]
+
+
+UNPRIVILEGED_RUN = r"""
+import json, sys
+from flux_system import System, Workspace
+from flux_system.sandbox import Sandbox, SandboxSettings, _proxy_run
+host, ws_path, client, specs = sys.argv[1:5]
+settings = SandboxSettings(mode="require", profile="net-proxy", network="proxy",
+                           allow_hosts=(host,), allow_private=("127.0.0.0/8",))
+with Workspace(ws_path) as ws, System(ws, sandbox=Sandbox.resolve(settings)) as system:
+    result = system.run(["/usr/bin/python3", "-c", client, specs], timeout=120)
+records = [[d.layer, d.what, d.detail] for d in result.denials.records]
+print(json.dumps({"code": result.exit_code, "err": result.stderr_text, "records": records,
+                  "out": json.loads(result.stdout_text.strip().splitlines()[-1])}))
+"""
+# The egress package's pure-Python dependencies, copied next to the package for the
+# system interpreter that the unprivileged side runs (it cannot read the checkout's).
+DEPENDENCIES = ("dns", "idna", "httpx", "httpcore", "h11", "anyio", "sniffio", "certifi")
+
+
+def test_proxy_mode_as_an_unprivileged_user(server: LoopbackHTTP) -> None:
+    require_bwrap()
+    require_unprivileged()
+    base = world_dir("flux-proxy-e2e-")
+    try:
+        lib = copy_package(base)
+        for name in DEPENDENCIES:
+            module = importlib.import_module(name)
+            shutil.copytree(
+                Path(module.__file__ or "").parent,
+                lib / name,
+                ignore=shutil.ignore_patterns("__pycache__"),
+            )
+        for extra in ("typing_extensions",):
+            found = importlib.util.find_spec(extra)
+            if found is not None and found.origin:
+                shutil.copy(found.origin, lib)
+        for root, dirs, files in os.walk(lib):
+            for d in dirs:
+                os.chmod(os.path.join(root, d), 0o755)
+            for f in files:
+                os.chmod(os.path.join(root, f), 0o644)
+        ws = base / "ws"
+        ws.mkdir()
+        os.chown(ws, 65534, 65534)
+        specs = [
+            ["get", "allowed", f"http://{server.host}/"],
+            ["get", "other", "http://other.flux.test/"],
+            ["connect", "direct", "93.184.216.34", 80],
+        ]
+        script = base / "run.py"
+        script.write_text(UNPRIVILEGED_RUN)
+        script.chmod(0o644)
+        proc = subprocess.run(
+            [
+                "setpriv",
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "env",
+                "-i",
+                "PATH=/usr/bin:/bin",
+                "HOME=/nonexistent",
+                f"PYTHONPATH={lib}",
+                SYSTEM_PYTHON,
+                "-B",
+                str(script),
+                server.host,
+                str(ws),
+                CLIENT,
+                json.dumps(specs),
+            ],
+            capture_output=True,
+            timeout=180,
+            cwd=base,
+            check=False,
+        )
+        assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+        got = json.loads(proc.stdout.decode().strip().splitlines()[-1])
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    assert got["code"] == 0, got["err"]
+    assert got["out"]["allowed"] == [200, "hello from the host"]  # positive control
+    assert got["out"]["other"] == [403, "not_allowed"]
+    assert got["out"]["direct"] == 101
+    assert got["records"] == [["proxy", "GET other.flux.test:80", "not_allowed"]]
+
+
+def _sandbox(hosts: tuple[str, ...], *, profile: str = "net-proxy") -> Sandbox:
+    require_bwrap()
+    settings = SandboxSettings(
+        mode="require",
+        profile=profile,
+        network="proxy",
+        allow_hosts=hosts,
+        allow_private=("127.0.0.0/8",),
+    )
+    return Sandbox.resolve(settings)
+
+
+@pytest.fixture
+def started(monkeypatch: pytest.MonkeyPatch) -> list[_proxy_run.ProxyRun]:
+    """Every ProxyRun the backend starts (observed, not replaced)."""
+    runs: list[_proxy_run.ProxyRun] = []
+    real = _proxy_run.start_proxy
+
+    def observe(sandbox: object) -> _proxy_run.ProxyRun:
+        run = real(sandbox)
+        runs.append(run)
+        return run
+
+    monkeypatch.setattr(_proxy_run, "start_proxy", observe)
+    return runs
+
+
+def _gone(path: str) -> bool:
+    for _ in range(2000):  # hang guard: 20 s
+        if not os.path.exists(path):
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def test_proxy_ends_with_a_timed_out_run(
+    workspace: Workspace, started: list[_proxy_run.ProxyRun]
+) -> None:
+    with System(workspace, sandbox=_sandbox(("127.0.0.1",))) as system:
+        with pytest.raises(ProcessTimeoutError):
+            system.run([SYSTEM_PYTHON, "-c", "import time; time.sleep(120)"], timeout=3)
+    [run] = started
+    assert _gone(run.socket_path)  # the lifeline ended with the tree: no result needed
+
+
+def test_proxy_ends_with_a_killed_spawned_child(
+    workspace: Workspace, started: list[_proxy_run.ProxyRun]
+) -> None:
+    code = "import sys, time; print('up', flush=True); time.sleep(120)"
+    with System(workspace, sandbox=_sandbox(("127.0.0.1",))) as system:
+        child = system.spawn([SYSTEM_PYTHON, "-c", code])
+        for _ in range(2000):  # hang guard: wait for the child to be up
+            if b"up" in child.read_output().stdout:
+                break
+            time.sleep(0.01)
+        [run] = started
+        assert os.path.exists(run.socket_path)  # positive control: alive with the child
+        child.kill()
+    assert _gone(run.socket_path)
+
+
+def test_strict_profile_with_proxy_runs_the_forwarder_under_landlock(
+    workspace: Workspace, server: LoopbackHTTP
+) -> None:
+    sandbox = _sandbox((server.host,), profile="strict")
+    require("landlock" in sandbox.report().active_layers, "Landlock inside bwrap (strict)")
+    with System(workspace, sandbox=sandbox) as system:
+        result = system.run(
+            [SYSTEM_PYTHON, "-c", CLIENT, json.dumps([["get", "a", f"http://{server.host}/"]])],
+            timeout=120,
+        )
+    assert result.exit_code == 0, result.stderr_text
+    assert json.loads(result.stdout_text.strip().splitlines()[-1])["a"] == [
+        200,
+        "hello from the host",
+    ]
