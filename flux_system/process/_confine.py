@@ -68,8 +68,17 @@ class Launch:
     tid: bytes | None = None
     started: Callable[[int], None] | None = None  # told the child's pid once it runs
     finish: Callable[[int], Denials] | None = None
+    # Called once when the child's tree is dead and reaped, or the spawn failed — on
+    # every path (result, timeout, kill, spawn()), before ``finish``; never raises.
+    release: Callable[[], None] | None = None
     serial: threading.Lock | None = None  # held by the builder from cgroup entry to exit
     owned_fds: list[int] = field(default_factory=list)
+
+    def run_release(self) -> None:
+        """Call :attr:`release` once (idempotent)."""
+        release, self.release = self.release, None
+        if release is not None:
+            release()
 
     def close_fds(self) -> None:
         """Close the fds this launch opened for the child (idempotent)."""

@@ -88,6 +88,8 @@ class Spawned:
                     pass
         self.stdin_fd = self.stdin_probe = None
         self.stdout_fd = self.stderr_fd = self.pidfd = -1
+        if self.launch is not None:  # the tree is dead and reaped (Session.finish)
+            self.launch.run_release()
 
 
 def check_argv(argv: object) -> tuple[str, ...]:
@@ -320,6 +322,8 @@ def _build_spawn(spec: SpawnSpec, ws: DirAuthority) -> Spawned:
         if pidfd >= 0:
             os.close(pidfd)
         tree.release()
+        if launch is not None:
+            launch.run_release()
         raise
     finally:
         for fd in theirs:

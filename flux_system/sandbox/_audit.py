@@ -41,6 +41,7 @@ from flux_system.sandbox._audit_tree import (
     open_dir,
     read_file,
 )
+from flux_system.sandbox._protected import BUILTIN_PROTECTED
 from flux_system.workspace import FileKind, Workspace
 
 __all__ = [
@@ -58,26 +59,9 @@ __all__ = [
     "run_audited",
 ]
 
-#: The protected paths of DESIGN §2.5 (profiles add theirs), relative to each writable root.
-DEFAULT_PROTECTED_PATHS: Final = (
-    ".git/hooks",
-    ".git/config",
-    ".bashrc",
-    ".bash_profile",
-    ".bash_login",
-    ".bash_logout",
-    ".profile",
-    ".zshrc",
-    ".zshenv",
-    ".zprofile",
-    ".zlogin",
-    ".zlogout",
-    ".vscode",
-    ".idea",
-    ".envrc",
-    ".mcp.json",
-    ".claude",
-)
+#: The protected paths of DESIGN §2.5 (profiles add theirs), relative to each writable
+#: root: the same list the bubblewrap backend binds read-only.
+DEFAULT_PROTECTED_PATHS: Final = BUILTIN_PROTECTED
 MAX_AUDIT_RECORDS: Final = 1000  # records kept per report; later ones are only counted
 _MAX_SIBLINGS: Final = 4096  # entries searched for a renamed-away protected parent
 _MARKS: Final = 16  # entries of a parent recorded to recognise it (inode numbers are reused)
@@ -346,10 +330,14 @@ def _attempt(action: Any, *args: Any) -> bool:
 def _check_level(dirfd: int, level: dict[str, _Entry], prefix: str, out: _Out) -> None:
     for name, entry in level.items():
         path = f"{prefix}{name}"
-        if entry.protected:
-            _compare(dirfd, name, entry.before, path, out)
-        else:
-            _check_parent(dirfd, name, entry, path, out, siblings=level.keys())
+        try:
+            if entry.protected:
+                _compare(dirfd, name, entry.before, path, out)
+            else:
+                _check_parent(dirfd, name, entry, path, out, siblings=level.keys())
+        except OSError:  # e.g. a directory made untraversable: reported, never raised
+            before = entry.before.kind if entry.before is not None else None
+            out.add(path, AuditChange.UNREADABLE, before, None, False)
 
 
 def _check_parent(
@@ -495,7 +483,12 @@ def _compare_dir(  # noqa: PLR0917 - one step of the recursive walk
             out.add(path, AuditChange.UNREADABLE, before.kind, cur, False)
             return
         for child in sorted(set(now) | set(children)):
-            _compare(fd, child, children.get(child), f"{path}/{child}", out)
+            sub = children.get(child)
+            try:
+                _compare(fd, child, sub, f"{path}/{child}", out)
+            except OSError:
+                kind = None if sub is None else sub.kind
+                out.add(f"{path}/{child}", AuditChange.UNREADABLE, kind, None, False)
     finally:
         os.close(fd)
         if opened:

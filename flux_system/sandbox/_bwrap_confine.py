@@ -24,14 +24,15 @@ from flux_system._exceptions import (
     SpawnError,
 )
 from flux_system.process import Limits
-from flux_system.process._confine import Denials, Launch
+from flux_system.process._confine import Denial, Denials, Launch
 from flux_system.sandbox._protected import BUILTIN_PROTECTED, Found, find_protected
 
 if typing.TYPE_CHECKING:
+    from flux_system.sandbox._audit_run import RunAudit
     from flux_system.sandbox._proxy_run import ProxyRun
     from flux_system.sandbox._sandbox import Sandbox
 
-__all__ = ["BwrapConfinement", "check_home", "limits_of", "workspace_roots"]
+__all__ = ["BwrapConfinement", "check_home", "denial_records", "limits_of", "workspace_roots"]
 
 LAUNCHER_DIR = "/run/flux"  # where the launcher's directory is bound inside (strict)
 _DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty")
@@ -128,6 +129,10 @@ class BwrapConfinement:
             visible | {p for _, p, _ in self._roots} | set(self._extra_ro) | set(self._extra_rw)
         )
         self._protected = (*BUILTIN_PROTECTED, *profile.protected)
+        self._audit_roots = (  # SandboxSettings.audit: the writable roots' protected paths
+            (*(p for _, p, w in self._roots if w), *self._extra_rw) if settings.audit else None
+        )
+        self._restore = profile.restore
         self._net = sandbox.network != "host"
         self._disable_userns = host.bwrap.disable_userns
         self._seccomp = "seccomp" in sandbox._plan.active
@@ -228,7 +233,12 @@ class BwrapConfinement:
         owned: list[int] = []
         launch = Launch(argv=(), executable=self._bwrap, env={}, owned_fds=owned)
         proxy: ProxyRun | None = None
+        audit: RunAudit | None = None
         try:
+            if self._audit_roots is not None:
+                from flux_system.sandbox._audit_run import RunAudit
+
+                audit = RunAudit(self._audit_roots, self._protected, restore=self._restore)
             if self._proxy:
                 from flux_system.sandbox._proxy_run import start_proxy  # loads flux_system.net
 
@@ -277,8 +287,7 @@ class BwrapConfinement:
             owned.append(args_fd)
         except OSError as exc:
             launch.close_fds()
-            if proxy is not None:
-                proxy.finish()
+            _release(proxy, audit)
             raise SpawnError(
                 f"the sandbox could not be prepared: {exc.strerror}",
                 op="run",
@@ -287,22 +296,47 @@ class BwrapConfinement:
             ) from exc
         except BaseException:
             launch.close_fds()
-            if proxy is not None:
-                proxy.finish()
+            _release(proxy, audit)
             raise
         launch.argv = (self._bwrap, "--args", str(args_fd), "--", *command)
         launch.pass_fds = (args_fd, *fds)
-        launch.finish = functools.partial(self._finish, proxy=proxy)
+        if proxy is not None or audit is not None:
+            launch.release = functools.partial(_release, proxy, audit)
+        launch.finish = functools.partial(self._finish, proxy=proxy, audit=audit)
         return launch
 
-    def _finish(self, code: int, *, proxy: ProxyRun | None = None) -> Denials:
-        """The run's denials: the proxy's refusals (network proxy); syscalls unobservable."""
-        if proxy is None:
+    def _finish(
+        self, code: int, *, proxy: ProxyRun | None = None, audit: RunAudit | None = None
+    ) -> Denials:
+        """The run's denials: the proxy's refusals and the audit's findings (when on);
+        syscall denials are unobservable under bwrap."""
+        if proxy is None and audit is None:
             return Denials((), observable=False, reason=self._plan.denial_reason)
+        return Denials(
+            denial_records(proxy, audit), observable=False, reason=self._plan.denial_reason
+        )
+
+
+def _release(proxy: ProxyRun | None, audit: RunAudit | None) -> None:
+    """The run is over (its tree dead): close its proxy, check and restore its audit."""
+    try:
+        if proxy is not None:
+            proxy.finish()
+    finally:
+        if audit is not None:
+            audit.release()
+
+
+def denial_records(proxy: ProxyRun | None, audit: RunAudit | None) -> tuple[Denial, ...]:
+    """The proxy's refusals and the audit's findings, as denial records."""
+    records: tuple[Denial, ...] = ()
+    if proxy is not None:
         from flux_system.sandbox._proxy_run import as_denials
 
-        records = as_denials(proxy.finish())
-        return Denials(records, observable=False, reason=self._plan.denial_reason)
+        records += as_denials(proxy.finish())
+    if audit is not None:
+        records += audit.records()
+    return records
 
 
 def limits_of(profile: typing.Any) -> Limits | None:

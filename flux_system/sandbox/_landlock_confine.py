@@ -27,7 +27,13 @@ import flux_system.sandbox._seccomp as _seccomp
 from flux_system._exceptions import SandboxReason, SandboxUnavailableError
 from flux_system.process import Limits
 from flux_system.process._confine import Denials, Launch
-from flux_system.sandbox._bwrap_confine import check_home, limits_of, workspace_roots
+from flux_system.sandbox._bwrap_confine import (
+    check_home,
+    denial_records,
+    limits_of,
+    workspace_roots,
+)
+from flux_system.sandbox._protected import BUILTIN_PROTECTED
 from flux_system.sandbox._spawner import Spawner
 
 if typing.TYPE_CHECKING:
@@ -85,6 +91,13 @@ class LandlockConfinement:
                 reason=SandboxReason.LAYER_UNAVAILABLE,
             )
         self._limits = limits_of(profile)
+        self._audit_roots = (  # SandboxSettings.audit: here the audit is the only cover
+            (*(p for _, p, w in roots if w), *profile.read_write, *settings.read_write)
+            if settings.audit
+            else None
+        )
+        self._protected = (*BUILTIN_PROTECTED, *profile.protected)
+        self._restore = profile.restore
 
     @property
     def enforced(self) -> dict[str, bool]:
@@ -102,15 +115,22 @@ class LandlockConfinement:
         child_env["HOME"] = self._tmp
         spawner = self._spawner
         pid_box: list[int] = []
+        audit = None
+        if self._audit_roots is not None:
+            from flux_system.sandbox._audit_run import RunAudit
+
+            audit = RunAudit(self._audit_roots, self._protected, restore=self._restore)
 
         def started(pid: int) -> None:
             pid_box.append(pid)
             spawner.started(pid)
 
         def finish(code: int) -> Denials:
+            found = denial_records(None, audit)
             if not pid_box:
-                return Denials(())
+                return Denials(found)
             records, unattributed = spawner.finish(pid_box[0])
+            records = (*records, *found)
             reason = (
                 f"{unattributed} denial(s) of re-parented processes could not be attributed"
                 if unattributed
@@ -127,6 +147,7 @@ class LandlockConfinement:
             serial=spawner.serial,
             started=started,
             finish=finish,
+            release=None if audit is None else audit.release,
         )
 
     def close(self) -> None:
