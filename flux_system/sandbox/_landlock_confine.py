@@ -5,7 +5,9 @@ user-namespace restriction). The spawner thread of :mod:`._spawner` is restricte
 per ``System``: reads (and execution) of the profile's system paths, the read roots and
 the extra read-only paths; writes to the writable roots, the extra writable paths and
 a private per-``System`` temporary directory (``TMPDIR`` and ``HOME`` of the children);
-no TCP bind or connect when the network is ``none`` (ABI ≥ 4) and ``socket(AF_INET*)``
+no TCP bind or connect when the network is ``none`` or ``proxy`` (ABI ≥ 4; the proxy's
+forwarder needs bubblewrap's network namespace, so ``proxy`` fails closed here) and
+``socket(AF_INET*)``
 refused by seccomp; abstract unix sockets and signals scoped to the sandbox (ABI ≥ 6).
 The seccomp filter notifies a listener, so denials are observable here.
 
@@ -69,7 +71,9 @@ class LandlockConfinement:
             self._tmp,
             *_DEVICES,
         ]
-        no_net = sandbox.network == "none"
+        # Proxy needs a network namespace to hold its forwarder: without one it fails
+        # closed, as none (never the host's network).
+        no_net = sandbox.network in ("none", "proxy")
         rules = _landlock.Ruleset(
             read=tuple(read),
             write=tuple(write),

@@ -205,7 +205,13 @@ def report_of(
                     "network host: the host's network is shared"
                     if net == "host"
                     else (
-                        "no network namespace: TCP bind/connect denied by Landlock"
+                        (
+                            "network proxy needs bubblewrap's network namespace for its "
+                            "forwarder, so this run gets no network at all; "
+                            if net == "proxy"
+                            else ""
+                        )
+                        + "no network namespace: TCP bind/connect denied by Landlock"
                         + (f" (ABI {abi})" if abi >= 4 else " needs ABI 4")
                         + ", inet sockets refused by seccomp; UDP covered only by seccomp"
                     )

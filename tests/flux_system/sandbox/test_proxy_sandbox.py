@@ -14,6 +14,7 @@ import json
 import os
 import random
 import shutil
+import socket
 import ssl
 import subprocess
 import time
@@ -32,6 +33,7 @@ from tests.flux_system.sandbox._support import (
     SYSTEM_PYTHON,
     copy_package,
     require_bwrap,
+    require_landlock,
     require_unprivileged,
     world_dir,
 )
@@ -391,3 +393,37 @@ def test_strict_profile_with_proxy_runs_the_forwarder_under_landlock(
         200,
         "hello from the host",
     ]
+
+
+def test_landlock_backend_with_proxy_gets_no_network_at_all(workspace: Workspace) -> None:
+    """There is no namespace to hold a forwarder: proxy must fail closed, not open."""
+    require_landlock(4)
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    port = listener.getsockname()[1]
+    code = (
+        "import socket, sys\n"
+        "try:\n"
+        f"    socket.create_connection(('127.0.0.1', {port}), timeout=5); print('connected')\n"
+        "except OSError as e:\n"
+        "    print('refused', e.errno)\n"
+    )
+    outcome = {}
+    try:
+        for network in ("proxy", "host"):
+            settings = SandboxSettings(
+                mode="on", profile="default", backend="landlock", network=network
+            )
+            sandbox = Sandbox.resolve(settings)
+            assert sandbox.backend == "landlock"
+            with System(workspace, sandbox=sandbox) as system:
+                result = system.run([SYSTEM_PYTHON, "-c", code], timeout=60)
+            outcome[network] = result.stdout_text.split()[0]
+            if network == "proxy":
+                guarantee = sandbox.report().guarantee("net_namespace")
+                assert not guarantee.enforced
+                assert "proxy" in guarantee.reason
+    finally:
+        listener.close()
+    assert outcome == {"proxy": "refused", "host": "connected"}  # host: positive control
