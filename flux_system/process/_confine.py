@@ -40,9 +40,10 @@ class Denial:
 class Denials:
     """What a sandboxed run was denied, as far as the host could observe.
 
-    ``observable`` is ``False`` when the backend cannot see syscall and file denials
-    (``reason`` says why); ``records`` then holds only what the host did observe — the
-    egress proxy's refusals (layer ``proxy``) — and their absence proves nothing.
+    ``records`` holds every denial seen (seccomp on the Landlock backend, the egress
+    proxy's refusals, the protected-path audit). ``observable`` is ``False`` when some
+    layer's denials cannot be seen at all (``reason`` says which and why): an empty
+    ``records`` then does not mean nothing was denied.
     """
 
     records: tuple[Denial, ...] = ()
@@ -68,17 +69,8 @@ class Launch:
     tid: bytes | None = None
     started: Callable[[int], None] | None = None  # told the child's pid once it runs
     finish: Callable[[int], Denials] | None = None
-    # Called once when the child's tree is dead and reaped, or the spawn failed — on
-    # every path (result, timeout, kill, spawn()), before ``finish``; never raises.
-    release: Callable[[], None] | None = None
     serial: threading.Lock | None = None  # held by the builder from cgroup entry to exit
     owned_fds: list[int] = field(default_factory=list)
-
-    def run_release(self) -> None:
-        """Call :attr:`release` once (idempotent)."""
-        release, self.release = self.release, None
-        if release is not None:
-            release()
 
     def close_fds(self) -> None:
         """Close the fds this launch opened for the child (idempotent)."""

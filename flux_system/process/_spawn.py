@@ -31,7 +31,7 @@ from typing import NamedTuple
 
 from flux_system._exceptions import ProcessError, ProcessReason, SpawnError
 from flux_system.process._cgroup import CgroupPool
-from flux_system.process._confine import Confinement, Launch
+from flux_system.process._confine import Confinement, Denials, Launch
 from flux_system.process._drain import devnull
 from flux_system.process._env import over, resolve_argv0
 from flux_system.process._limits import Limits, Privileges, make_preexec
@@ -74,10 +74,17 @@ class Spawned:
     stderr_fd: int
     target: str
     launch: Launch | None = None  # the sandbox's launch of this child (its denials)
+    denials: Denials | None = None  # what the sandbox refused (set once it was reaped)
 
     @property
     def pid(self) -> int:
         return self.popen.pid
+
+    def settle(self, code: int) -> None:
+        """After the reap: let the sandbox conclude the run (proxy, audit, denials)."""
+        launch = self.launch
+        if launch is not None and launch.finish is not None and self.denials is None:
+            self.denials = launch.finish(code)
 
     def close_fds(self) -> None:
         for fd in (self.stdin_fd, self.stdin_probe, self.stdout_fd, self.stderr_fd, self.pidfd):
@@ -88,8 +95,6 @@ class Spawned:
                     pass
         self.stdin_fd = self.stdin_probe = None
         self.stdout_fd = self.stderr_fd = self.pidfd = -1
-        if self.launch is not None:  # the tree is dead and reaped (Session.finish)
-            self.launch.run_release()
 
 
 def check_argv(argv: object) -> tuple[str, ...]:
@@ -322,8 +327,6 @@ def _build_spawn(spec: SpawnSpec, ws: DirAuthority) -> Spawned:
         if pidfd >= 0:
             os.close(pidfd)
         tree.release()
-        if launch is not None:
-            launch.run_release()
         raise
     finally:
         for fd in theirs:

@@ -208,7 +208,6 @@ class System:
     # -- run / arun ----------------------------------------------------------------------
 
     def _result(self, sess: Session, out: Capture, err: Capture, code: int, t0: float) -> RunResult:
-        launch = sess.sp.launch
         if code == 0 and sess.stdin_left:
             raise ProcessError(
                 "the child exited 0 without reading all of its stdin",
@@ -227,7 +226,7 @@ class System:
             stdout_dropped=out.dropped,
             stderr_dropped=err.dropped,
             tree_contained=sess.sp.tree.contained,
-            denials=None if launch is None or launch.finish is None else launch.finish(code),
+            denials=sess.sp.denials,
         )
 
     @contextlib.contextmanager

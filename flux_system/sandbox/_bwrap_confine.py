@@ -9,7 +9,6 @@ file offset), and the whole command line goes into a sealed memfd for ``--args``
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import os
 import pwd
@@ -24,15 +23,14 @@ from flux_system._exceptions import (
     SpawnError,
 )
 from flux_system.process import Limits
-from flux_system.process._confine import Denial, Denials, Launch
+from flux_system.process._confine import Denials, Launch
+from flux_system.sandbox._extras import RunExtras
 from flux_system.sandbox._protected import BUILTIN_PROTECTED, Found, find_protected
 
 if typing.TYPE_CHECKING:
-    from flux_system.sandbox._audit_run import RunAudit
-    from flux_system.sandbox._proxy_run import ProxyRun
     from flux_system.sandbox._sandbox import Sandbox
 
-__all__ = ["BwrapConfinement", "check_home", "denial_records", "limits_of", "workspace_roots"]
+__all__ = ["BwrapConfinement", "check_home", "limits_of", "workspace_roots"]
 
 LAUNCHER_DIR = "/run/flux"  # where the launcher's directory is bound inside (strict)
 _DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty")
@@ -129,24 +127,17 @@ class BwrapConfinement:
             visible | {p for _, p, _ in self._roots} | set(self._extra_ro) | set(self._extra_rw)
         )
         self._protected = (*BUILTIN_PROTECTED, *profile.protected)
-        self._audit_roots = (  # SandboxSettings.audit: the writable roots' protected paths
-            (*(p for _, p, w in self._roots if w), *self._extra_rw) if settings.audit else None
-        )
-        self._restore = profile.restore
         self._net = sandbox.network != "host"
         self._disable_userns = host.bwrap.disable_userns
         self._seccomp = "seccomp" in sandbox._plan.active
         self._limits = limits_of(profile)
         self._plan = sandbox._plan
+        self._unobserved = Denials((), observable=False, reason=self._plan.denial_reason)
         self._launcher: tuple[str, list[str]] | None = None
-        self._proxy = sandbox.network == "proxy"
-        python = self._plan.python if self._plan.landlock_inside or self._proxy else None
-        if self._proxy and python is None:
-            from flux_system.sandbox._proxy_run import proxy_launcher_python  # network proxy only
-
-            python = proxy_launcher_python()  # the forwarder needs the launcher inside
-        if python is not None:
-            self._launcher = (python, self._launcher_binds(python))
+        needs_launcher = self._plan.landlock_inside or sandbox.network == "proxy"
+        if needs_launcher and self._plan.python is not None:
+            self._launcher = (self._plan.python, self._launcher_binds(self._plan.python))
+        self._writable = tuple(p for _, p, w in self._roots if w)
         self._landlock_read = (
             *visible,
             *(p for _, p, w in self._roots if not w),
@@ -171,7 +162,7 @@ class BwrapConfinement:
             self._visible = self._visible | {prefix}
         return opts
 
-    def _launcher_spec(self, home: str, proxy: ProxyRun | None) -> bytes:
+    def _launcher_spec(self, home: str) -> bytes:
         no_net = self._net and self._sandbox.network == "none"
         landlock = {
             "read": list(self._landlock_read),
@@ -180,13 +171,7 @@ class BwrapConfinement:
             "tcp_connect": [] if no_net else None,
             "scope": True,
         }
-        spec: dict[str, object] = {
-            "landlock": landlock if self._plan.landlock_inside else None,
-            "rlimits": [],
-        }
-        if proxy is not None:
-            spec["forwarder"] = proxy.launcher_spec
-        return json.dumps(spec).encode()
+        return json.dumps({"landlock": landlock, "rlimits": []}).encode()
 
     def default_limits(self) -> Limits | None:
         return self._limits
@@ -231,19 +216,9 @@ class BwrapConfinement:
         if "TMPDIR" in child_env and not child_env["TMPDIR"].startswith("/tmp"):
             child_env["TMPDIR"] = "/tmp"
         owned: list[int] = []
+        extras: RunExtras | None = None
         launch = Launch(argv=(), executable=self._bwrap, env={}, owned_fds=owned)
-        proxy: ProxyRun | None = None
-        audit: RunAudit | None = None
         try:
-            if self._audit_roots is not None:
-                from flux_system.sandbox._audit_run import RunAudit
-
-                audit = RunAudit(self._audit_roots, self._protected, restore=self._restore)
-            if self._proxy:
-                from flux_system.sandbox._proxy_run import start_proxy  # loads flux_system.net
-
-                proxy = start_proxy(self._sandbox)
-                child_env.update(proxy.env)
             found: list[tuple[str, Found]] = []
             for fd, path, writable in self._roots:
                 if writable:
@@ -257,14 +232,22 @@ class BwrapConfinement:
                 memfd = self._sandbox._seccomp_memfd()
                 seccomp_fd = os.open(f"/proc/self/fd/{memfd}", os.O_RDONLY | os.O_CLOEXEC)
                 owned.append(seccomp_fd)
+            extras = RunExtras(self._sandbox, self._writable, self._protected)
+            launch.finish = lambda code: extras.finish(self._unobserved)
+            if extras.proxy is not None:
+                child_env.update(extras.proxy.env)
             command = [exe, *argv[1:]]
+            spec_fd = -1
             if self._launcher is not None:
-                spec = self._launcher_spec(home, proxy)
-                spec_fd = _bwrap.memfd_with("flux-launcher-spec", spec)
-                owned.append(spec_fd)
                 python, _ = self._launcher
                 command = [python, "-I", "-S", f"{LAUNCHER_DIR}/_launcher.py"]
-                command += ["--spec", str(spec_fd), "--", exe, *argv[1:]]
+                if self._plan.landlock_inside:
+                    spec_fd = _bwrap.memfd_with("flux-launcher-spec", self._launcher_spec(home))
+                    owned.append(spec_fd)
+                    command += ["--spec", str(spec_fd)]
+                if extras.proxy is not None:
+                    command += list(extras.proxy.launcher_args)
+                command += ["--", exe, *argv[1:]]
             opts, fds = _bwrap.command_line(
                 fixed=self._fixed,
                 roots=self._roots,
@@ -280,14 +263,16 @@ class BwrapConfinement:
             )
             if self._launcher is not None:
                 opts += self._launcher[1]
+            if spec_fd >= 0:
                 fds.append(spec_fd)
-            if proxy is not None:
-                opts += proxy.bwrap_args
+            if extras.proxy is not None:
+                opts += list(extras.proxy.bwrap_args)
             args_fd = _bwrap.memfd_with("flux-bwrap-args", _bwrap.encode_args(opts))
             owned.append(args_fd)
         except OSError as exc:
             launch.close_fds()
-            _release(proxy, audit)
+            if extras is not None:
+                extras.abort()
             raise SpawnError(
                 f"the sandbox could not be prepared: {exc.strerror}",
                 op="run",
@@ -296,47 +281,12 @@ class BwrapConfinement:
             ) from exc
         except BaseException:
             launch.close_fds()
-            _release(proxy, audit)
+            if extras is not None:
+                extras.abort()
             raise
         launch.argv = (self._bwrap, "--args", str(args_fd), "--", *command)
         launch.pass_fds = (args_fd, *fds)
-        if proxy is not None or audit is not None:
-            launch.release = functools.partial(_release, proxy, audit)
-        launch.finish = functools.partial(self._finish, proxy=proxy, audit=audit)
         return launch
-
-    def _finish(
-        self, code: int, *, proxy: ProxyRun | None = None, audit: RunAudit | None = None
-    ) -> Denials:
-        """The run's denials: the proxy's refusals and the audit's findings (when on);
-        syscall denials are unobservable under bwrap."""
-        if proxy is None and audit is None:
-            return Denials((), observable=False, reason=self._plan.denial_reason)
-        return Denials(
-            denial_records(proxy, audit), observable=False, reason=self._plan.denial_reason
-        )
-
-
-def _release(proxy: ProxyRun | None, audit: RunAudit | None) -> None:
-    """The run is over (its tree dead): close its proxy, check and restore its audit."""
-    try:
-        if proxy is not None:
-            proxy.finish()
-    finally:
-        if audit is not None:
-            audit.release()
-
-
-def denial_records(proxy: ProxyRun | None, audit: RunAudit | None) -> tuple[Denial, ...]:
-    """The proxy's refusals and the audit's findings, as denial records."""
-    records: tuple[Denial, ...] = ()
-    if proxy is not None:
-        from flux_system.sandbox._proxy_run import as_denials
-
-        records += as_denials(proxy.finish())
-    if audit is not None:
-        records += audit.records()
-    return records
 
 
 def limits_of(profile: typing.Any) -> Limits | None:

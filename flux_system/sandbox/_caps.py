@@ -5,7 +5,9 @@ when this process is root (with the bounding set empty, an exec by uid 0 gains n
 Capability sets are per thread, so the rest of the process keeps its own.
 
 Guarantee: after :func:`drop_all` returns, the thread's effective, permitted,
-inheritable, ambient and bounding sets are empty; any failure raises ``OSError``.
+inheritable and ambient sets are empty, and so is its bounding set when it could be
+changed (an unprivileged thread without ``CAP_SETPCAP`` keeps it: its exec gains
+nothing from it); any other failure raises ``OSError``.
 """
 
 from __future__ import annotations
@@ -53,8 +55,13 @@ def drop_all() -> None:
     for cap in range(_last_cap() + 1):
         if libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
             err = ctypes.get_errno()
-            if err != 22:  # EINVAL: the kernel does not know this capability
-                raise OSError(err, f"prctl(PR_CAPBSET_DROP, {cap}): {os.strerror(err)}")
+            if err == 22:  # EINVAL: the kernel does not know this capability
+                continue
+            if err == 1 and os.geteuid() != 0:
+                # EPERM without CAP_SETPCAP: an unprivileged thread, whose exec gains no
+                # capability anyway (no_new_privs also blocks file capabilities).
+                break
+            raise OSError(err, f"prctl(PR_CAPBSET_DROP, {cap}): {os.strerror(err)}")
     if libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0:
         err = ctypes.get_errno()
         if err != 22:

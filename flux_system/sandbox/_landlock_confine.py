@@ -5,9 +5,7 @@ user-namespace restriction). The spawner thread of :mod:`._spawner` is restricte
 per ``System``: reads (and execution) of the profile's system paths, the read roots and
 the extra read-only paths; writes to the writable roots, the extra writable paths and
 a private per-``System`` temporary directory (``TMPDIR`` and ``HOME`` of the children);
-no TCP bind or connect when the network is ``none`` or ``proxy`` (ABI ≥ 4; the proxy's
-forwarder needs bubblewrap's network namespace, so ``proxy`` fails closed here) and
-``socket(AF_INET*)``
+no TCP bind or connect when the network is ``none`` (ABI ≥ 4) and ``socket(AF_INET*)``
 refused by seccomp; abstract unix sockets and signals scoped to the sandbox (ABI ≥ 6).
 The seccomp filter notifies a listener, so denials are observable here.
 
@@ -29,12 +27,8 @@ import flux_system.sandbox._seccomp as _seccomp
 from flux_system._exceptions import SandboxReason, SandboxUnavailableError
 from flux_system.process import Limits
 from flux_system.process._confine import Denials, Launch
-from flux_system.sandbox._bwrap_confine import (
-    check_home,
-    denial_records,
-    limits_of,
-    workspace_roots,
-)
+from flux_system.sandbox._bwrap_confine import check_home, limits_of, workspace_roots
+from flux_system.sandbox._extras import RunExtras
 from flux_system.sandbox._protected import BUILTIN_PROTECTED
 from flux_system.sandbox._spawner import Spawner
 
@@ -71,9 +65,7 @@ class LandlockConfinement:
             self._tmp,
             *_DEVICES,
         ]
-        # Proxy needs a network namespace to hold its forwarder: without one it fails
-        # closed, as none (never the host's network).
-        no_net = sandbox.network in ("none", "proxy")
+        no_net = sandbox.network == "none"
         rules = _landlock.Ruleset(
             read=tuple(read),
             write=tuple(write),
@@ -95,13 +87,13 @@ class LandlockConfinement:
                 reason=SandboxReason.LAYER_UNAVAILABLE,
             )
         self._limits = limits_of(profile)
-        self._audit_roots = (  # SandboxSettings.audit: here the audit is the only cover
-            (*(p for _, p, w in roots if w), *profile.read_write, *settings.read_write)
-            if settings.audit
-            else None
+        self._sandbox = sandbox
+        self._writable = (
+            *(p for _, p, w in roots if w),
+            *profile.read_write,
+            *settings.read_write,
         )
         self._protected = (*BUILTIN_PROTECTED, *profile.protected)
-        self._restore = profile.restore
 
     @property
     def enforced(self) -> dict[str, bool]:
@@ -119,28 +111,23 @@ class LandlockConfinement:
         child_env["HOME"] = self._tmp
         spawner = self._spawner
         pid_box: list[int] = []
-        audit = None
-        if self._audit_roots is not None:
-            from flux_system.sandbox._audit_run import RunAudit
-
-            audit = RunAudit(self._audit_roots, self._protected, restore=self._restore)
+        # The audit is the only cover of protected paths here (no mounts).
+        extras = RunExtras(self._sandbox, self._writable, self._protected)
 
         def started(pid: int) -> None:
             pid_box.append(pid)
             spawner.started(pid)
 
         def finish(code: int) -> Denials:
-            found = denial_records(None, audit)
             if not pid_box:
-                return Denials(found)
+                return extras.finish(Denials(()))
             records, unattributed = spawner.finish(pid_box[0])
-            records = (*records, *found)
             reason = (
                 f"{unattributed} denial(s) of re-parented processes could not be attributed"
                 if unattributed
                 else ""
             )
-            return Denials(records, observable=True, reason=reason)
+            return extras.finish(Denials(records, observable=True, reason=reason))
 
         return Launch(
             argv=argv,
@@ -151,7 +138,6 @@ class LandlockConfinement:
             serial=spawner.serial,
             started=started,
             finish=finish,
-            release=None if audit is None else audit.release,
         )
 
     def close(self) -> None:

@@ -1,15 +1,14 @@
 """The one in-sandbox launcher: runs inside bubblewrap, restricts itself, execs the command.
 
-Run by bwrap as ``python3 -I -S <dir>/_launcher.py --spec FD -- COMMAND ARGS...`` (after
-bwrap's setup and its seccomp filter: a Landlocked process cannot mount, so Landlock
-must come after bwrap). It reads a JSON spec from fd FD (then closes it), applies, in
-order, the steps the spec asks for — Landlock (the ``strict`` profile's extra layer),
-resource limits, the egress forwarder (network mode ``proxy``) — and ``execv``\\ s the
-command, which keeps pid 1.
+Run by bwrap as ``python3 -I -S <dir>/_launcher.py [--spec FD] [--forwarder PORT:PATH]
+-- COMMAND ARGS...`` (after bwrap's setup and its seccomp filter: a Landlocked process
+cannot mount, so Landlock must come after bwrap). In order: it starts the proxy
+forwarder (network ``proxy``), reads a JSON spec from fd FD (then closes it) and
+applies what it asks — Landlock (the ``strict`` profile's extra layer), resource
+limits — and ``execv``\\ s the command, which keeps pid 1.
 
-It imports only the standard library and its siblings ``_landlock.py`` and
-``_forwarder.py`` (with ``_proxy_relay.py``), loaded by file path: the ``flux_system``
-package (and its dependencies) need not be importable inside.
+It imports only the standard library and its sibling ``_landlock.py``, loaded by file
+path: the ``flux_system`` package (and its dependencies) need not be importable inside.
 
 Guarantee: the command is exec'd only after every requested step succeeded; any failure
 prints one line ``flux-launcher: ...`` to stderr and exits 125, without running it.
@@ -80,30 +79,33 @@ def _rlimits(pairs: list[list[int]]) -> None:
         resource.setrlimit(res, (value, value))
 
 
-def _forwarder(spec: dict[str, typing.Any], fw: typing.Any) -> None:
-    """Network mode ``proxy``: start the forwarder (``_forwarder.py``) before the command.
+def start_forwarder(port: int, path: str) -> None:
+    """Start the proxy forwarder (network ``proxy``) and return in the launcher.
 
-    The listener is bound and the proxy's lifeline connected here, before anything of
-    the command runs (no start-up race). A double fork leaves the forwarder outside
-    this process's children, its stdio on ``/dev/null`` and no other fd open; it lives
-    in the sandbox's pid namespace and dies with it. *fw* is the module, loaded (with
-    ``fw.preload()``) before the restrictions. Raises OSError.
+    Binds ``127.0.0.1:port`` and connects the run's lifeline to the proxy socket
+    *path* here (so both exist before the command runs: no start-up race), then
+    double-forks: the forwarder is not the launcher's (the command's) child, so
+    nothing waits for it; its stdio goes to ``/dev/null`` and every other fd is closed,
+    so it holds none of the command's pipes. It dies with the sandbox's pid namespace.
+    docs/decisions/0089.
     """
-    path = str(spec["socket"])
-    listener = fw.bind_listener(int(spec["port"]))
-    lifeline = fw.open_lifeline(path)
-    keep = sorted((listener.fileno(), lifeline.fileno()))
+    fwd = _sibling("_forwarder")
+    listener = fwd.bind_listener(port)
+    lifeline = fwd.open_lifeline(path)
+    keep = {listener.fileno(), lifeline.fileno()}
     pid = os.fork()
-    if pid == 0:
+    if pid == 0:  # the intermediate child
         try:
-            if os.fork() == 0:
-                null = os.open("/dev/null", os.O_RDWR)
-                for fd in (0, 1, 2):
-                    os.dup2(null, fd)
-                os.closerange(3, keep[0])
-                os.closerange(keep[0] + 1, keep[1])
-                os.closerange(keep[1] + 1, os.sysconf("SC_OPEN_MAX"))
-                fw.serve(listener, path, lifeline)
+            os.setsid()
+            if os.fork() != 0:
+                os._exit(0)
+            null = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(null, fd)
+            os.closerange(3, min(keep))
+            os.closerange(min(keep) + 1, max(keep))  # the two kept fds bound the range
+            os.closerange(max(keep) + 1, 65536)
+            fwd.serve(listener, path, lifeline)
         finally:
             os._exit(0)
     os.waitpid(pid, 0)
@@ -111,33 +113,38 @@ def _forwarder(spec: dict[str, typing.Any], fw: typing.Any) -> None:
     lifeline.close()
 
 
+def _parse(argv: list[str]) -> tuple[dict[str, str], list[str]]:
+    opts: dict[str, str] = {}
+    i = 0
+    while i < len(argv) and argv[i] != "--":
+        if argv[i] not in ("--spec", "--forwarder") or i + 1 >= len(argv):
+            _fail(f"unknown option {argv[i]!r}")
+        opts[argv[i]] = argv[i + 1]
+        i += 2
+    command = argv[i + 1 :]
+    if i >= len(argv) or not command:
+        _fail("usage: _launcher.py [--spec FD] [--forwarder PORT:PATH] -- COMMAND [ARGS...]")
+    return opts, command
+
+
 def main(argv: list[str]) -> typing.NoReturn:
-    if len(argv) < 4 or argv[0] != "--spec" or argv[2] != "--":
-        _fail("usage: _launcher.py --spec FD -- COMMAND [ARGS...]")
-    try:
-        spec = _read_spec(int(argv[1]))
-    except (OSError, ValueError) as exc:
-        _fail(f"cannot read the spec: {exc}")
-    command = argv[3:]
-    forwarder = None
-    if spec.get("forwarder") is not None:  # loaded now: Landlock may forbid it later
-        forwarder = _sibling("_forwarder")
+    opts, command = _parse(argv)
+    spec: dict[str, typing.Any] = {}
+    if "--spec" in opts:
         try:
-            forwarder.preload()
-        except (OSError, ImportError) as exc:
-            _fail(f"cannot load the egress forwarder: {exc}")
+            spec = _read_spec(int(opts["--spec"]))
+        except (OSError, ValueError) as exc:
+            _fail(f"cannot read the spec: {exc}")
     try:
+        if "--forwarder" in opts:  # before Landlock: the forwarder is not restricted by it
+            port, _, path = opts["--forwarder"].partition(":")
+            start_forwarder(int(port), path)
         if spec.get("landlock") is not None:
             _landlock(spec["landlock"])
         if spec.get("rlimits"):
             _rlimits(spec["rlimits"])
     except (OSError, ValueError, TypeError) as exc:
-        _fail(f"cannot restrict: {exc}")
-    try:
-        if forwarder is not None:
-            _forwarder(spec["forwarder"], forwarder)
-    except (OSError, ValueError, TypeError, KeyError) as exc:
-        _fail(f"cannot start the egress forwarder: {exc}")
+        _fail(f"cannot set up the sandbox: {exc}")
     try:
         os.execv(command[0], command)  # noqa: S606 - argv only, never a shell
     except OSError as exc:

@@ -112,9 +112,23 @@ def plan(settings: SandboxSettings, profile: Profile | None, host: HostInfo | No
             active.add("seccomp")
     elif backend != "none" and not avail.get("bubblewrap", False):
         backend = "none" if settings.mode == "on" else backend
+    proxy_missing = False
+    if network == "proxy" and backend == "bwrap" and "bubblewrap" in active:
+        if python is None:
+            python, why = launcher_python()
+            if python is None:
+                proxy_missing = True
+                reasons["proxy"] = f"the proxy forwarder needs the launcher: {why}"
+    elif network == "proxy" and backend == "landlock":
+        proxy_missing = True
+        reasons["proxy"] = "no network namespace on the Landlock-only backend: network none"
+    if proxy_missing:
+        network = "none"  # fail closed: no network rather than the host's
     if not active:
         backend = "none" if settings.mode == "on" else backend
     missing = tuple(layer for layer in LAYERS if layer in required and layer not in active)
+    if proxy_missing:
+        missing = (*missing, "proxy")
     denial = BWRAP_DENIALS if backend == "bwrap" else LANDLOCK_DENIALS
     if backend == "none":
         denial = "no sandbox layer is active"
@@ -205,13 +219,7 @@ def report_of(
                     "network host: the host's network is shared"
                     if net == "host"
                     else (
-                        (
-                            "network proxy needs bubblewrap's network namespace for its "
-                            "forwarder, so this run gets no network at all; "
-                            if net == "proxy"
-                            else ""
-                        )
-                        + "no network namespace: TCP bind/connect denied by Landlock"
+                        "no network namespace: TCP bind/connect denied by Landlock"
                         + (f" (ABI {abi})" if abi >= 4 else " needs ABI 4")
                         + ", inet sockets refused by seccomp; UDP covered only by seccomp"
                     )

@@ -11,16 +11,14 @@ the proxy and returns its refusals as the run's denial records.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Final, final
+from typing import Final, final
 
-from flux_system._exceptions import SandboxReason, SandboxUnavailableError
 from flux_system.net import Resolver
 from flux_system.process._confine import Denial
 from flux_system.sandbox._forwarder import FORWARDER_PORT, SANDBOX_SOCKET, proxy_environment
-from flux_system.sandbox._layers import launcher_python
 from flux_system.sandbox._proxy import EgressProxy, ProxyDenial, ProxySettings
 
-__all__ = ["LIFELINE_DEADLINE", "ProxyRun", "as_denials", "proxy_launcher_python", "start_proxy"]
+__all__ = ["LIFELINE_DEADLINE", "ProxyRun", "as_denials"]
 
 #: Seconds for the launcher to connect its lifeline after the proxy started; past
 #: that the run is taken as failed to start and the proxy closes (generous: the
@@ -78,9 +76,9 @@ class ProxyRun:
         return ("--ro-bind", self._proxy.socket_path, SANDBOX_SOCKET)
 
     @property
-    def launcher_spec(self) -> dict[str, object]:
-        """The launcher spec's ``forwarder`` step (port and socket inside)."""
-        return {"port": FORWARDER_PORT, "socket": SANDBOX_SOCKET}
+    def launcher_args(self) -> tuple[str, ...]:
+        """Launcher options that start the forwarder before the command."""
+        return ("--forwarder", f"{FORWARDER_PORT}:{SANDBOX_SOCKET}")
 
     @property
     def env(self) -> dict[str, str]:
@@ -114,44 +112,3 @@ def as_denials(denials: Iterable[ProxyDenial]) -> tuple[Denial, ...]:
         what = " ".join(part for part in (d.method or "", target) if part) or "request"
         out.append(Denial(layer="proxy", what=what, errno=None, detail=d.reason))
     return tuple(out)
-
-
-def start_proxy(sandbox: Any) -> ProxyRun:
-    """Start the proxy of one run of *sandbox* (a ``Sandbox`` with network ``proxy``).
-
-    Destinations: the profile's ``allow_hosts`` / ``allow_private`` and the settings'
-    (``--allow-host`` / ``--allow-private``); the resolver given to ``Sandbox.resolve``.
-
-    Raises:
-        SandboxUnavailableError: layer ``proxy`` — a bad pattern or CIDR
-            (``BAD_PROFILE``), or the socket could not be made.
-    """
-    profile, settings = sandbox.profile, sandbox.settings
-    hosts = (*profile.allow_hosts, *settings.allow_hosts)
-    private = (*profile.allow_private, *settings.allow_private)
-    try:
-        return ProxyRun(hosts, private, resolver=getattr(sandbox, "resolver", None))
-    except (TypeError, ValueError) as exc:
-        raise SandboxUnavailableError(
-            f"network proxy: {exc}",
-            op="run",
-            layer="proxy",
-            reason=SandboxReason.BAD_PROFILE,
-        ) from exc
-
-
-def proxy_launcher_python() -> str:
-    """The interpreter for the in-sandbox launcher that starts the forwarder.
-
-    Raises:
-        SandboxUnavailableError: layer ``proxy`` when there is none this user can run.
-    """
-    python, why = launcher_python()
-    if python is None:
-        raise SandboxUnavailableError(
-            f"network proxy needs the in-sandbox launcher: {why} (run `flux doctor`)",
-            op="confine",
-            layer="proxy",
-            reason=SandboxReason.LAYER_UNAVAILABLE,
-        )
-    return python

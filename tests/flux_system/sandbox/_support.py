@@ -69,11 +69,14 @@ def run_unprivileged(script: str, base: Path, *, timeout: float = 120.0) -> dict
     """Run *script* (Python source printing one JSON object last) as uid 65534.
 
     *base* is a world-enterable directory (:func:`world_dir`) holding the package copy
-    (made on first use) and the script.
+    (made on first use), the script and ``work/``, writable by that user.
     """
     lib = base / "lib"
     if not lib.exists():
         copy_package(base)
+        work = base / "work"  # where the unprivileged side may write
+        work.mkdir()
+        work.chmod(0o777)
     path = base / "script.py"
     path.write_text(script)
     path.chmod(0o644)

@@ -63,8 +63,8 @@ def test_bwrap_run_is_audited_and_restored(workspace: Workspace, root: Path) -> 
     assert result.denials is not None
     found = {(d.what, d.detail) for d in result.denials.records if d.layer == "protected_paths"}
     assert found == {
-        (str(root / ".vscode"), "created; restored"),
-        (str(root / ".envrc"), "created; restored"),
+        (str(root / ".vscode"), "created, restored"),
+        (str(root / ".envrc"), "created, restored"),
     }
     assert not (root / ".vscode").exists()
     assert not (root / ".envrc").exists()
@@ -82,8 +82,8 @@ def test_landlock_run_rename_attack_is_undone(workspace: Workspace, root: Path) 
     assert "renamed" in result.stdout_text.split()  # positive control: no mount stops it
     assert result.denials is not None
     found = {(d.what, d.detail) for d in result.denials.records if d.layer == "protected_paths"}
-    assert (str(root / ".git"), "replaced; restored") in found
-    assert (str(root / ".envrc"), "created; restored") in found
+    assert (str(root / ".git"), "replaced, restored") in found
+    assert (str(root / ".envrc"), "created, restored") in found
     assert (root / ".git").stat().st_ino == inode  # the original, renamed back
     assert (root / ".git" / "hooks" / "pre-commit").read_bytes() == HOOK
     assert (root / ".git" / "objects" / "blob").read_bytes() == b"evil\n"

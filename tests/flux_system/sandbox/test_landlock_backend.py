@@ -180,3 +180,12 @@ def test_private_tmp_dir_is_removed_on_close(sandbox: Sandbox, ws_path: Path) ->
         tmpdir = s.run(["/bin/sh", "-c", "echo $TMPDIR"]).stdout_text.strip()
         assert os.path.isdir(tmpdir)
     assert not os.path.exists(tmpdir)
+
+
+def test_spawned_child_reports_its_denials(system: System) -> None:
+    code = "import socket\ntry:\n socket.socket(17, 3)\nexcept OSError: pass\n"
+    child = system.spawn([SYSTEM_PYTHON, "-I", "-S", "-c", code])
+    assert child.join(30)
+    denials = child.denials
+    assert denials is not None and denials.observable is True
+    assert [(d.what, d.detail) for d in denials.records] == [("socket", "family=17")]
