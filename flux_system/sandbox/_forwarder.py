@@ -52,8 +52,8 @@ _LOADED: list[Callable[..., None]] = []  # the relay, once loaded
 def _relay() -> Callable[..., None]:
     """``_proxy_relay.relay``: from the package when importable, else the sibling file.
 
-    Loaded once: the launcher calls :func:`preload` before it restricts itself
-    (Landlock may forbid reading the file afterwards).
+    Loaded once (a launcher that starts the forwarder after restricting itself calls
+    :func:`preload` first: Landlock may forbid reading the file afterwards).
     """
     if _LOADED:
         return _LOADED[0]
