@@ -340,7 +340,15 @@ class EgressProxy:
                     return
                 self._live.add(client)
                 self._threads.add(thread)
-            thread.start()
+            try:
+                thread.start()
+            except RuntimeError:  # no thread to be had (limits): refuse this one, go on
+                with self._lock:
+                    self._live.discard(client)
+                    self._threads.discard(thread)
+                self._refuse(client, ProxyDenial(None, None, None, "too_many_connections", 503))
+                client.close()
+                self._slots.release()
 
     @staticmethod
     def _peer_ok(client: socket.socket) -> bool:

@@ -8,6 +8,7 @@ and is undone afterwards. Each attack prints what it did (the positive control).
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +16,13 @@ import pytest
 
 from flux_system import ProcessTimeoutError, System, Workspace
 from flux_system.sandbox import Sandbox, SandboxSettings
-from tests.flux_system.sandbox._support import require_bwrap, require_landlock
+from tests.flux_system.sandbox._support import (
+    require_bwrap,
+    require_landlock,
+    require_unprivileged,
+    run_unprivileged,
+    world_dir,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -109,3 +116,61 @@ def test_without_audit_nothing_is_checked(workspace: Workspace, root: Path) -> N
     assert (root / ".envrc").read_bytes() == b"x\n"  # opt-in: a plain run does not pay
     assert result.denials is not None
     assert [d for d in result.denials.records if d.layer == "protected_paths"] == []
+
+
+UNPRIVILEGED_AUDIT = r"""
+import json, os, tempfile
+from flux_system import System, Workspace
+from flux_system.sandbox import Sandbox, SandboxSettings
+
+base = os.path.join(os.path.dirname(os.path.abspath(__file__)), "work")
+out = {"uid": os.geteuid()}
+attack = %r
+for name, settings in [
+    ("bwrap", SandboxSettings(mode="require", profile="default", audit=True)),
+    ("landlock", SandboxSettings(mode="on", backend="landlock", audit=True)),
+]:
+    root = tempfile.mkdtemp(dir=base)
+    os.makedirs(os.path.join(root, ".git", "hooks"))
+    with open(os.path.join(root, ".git", "hooks", "pre-commit"), "wb") as fh:
+        fh.write(b"#!/bin/sh\necho original\n")
+    with Workspace(root) as ws, System(ws, sandbox=Sandbox.resolve(settings)) as system:
+        r = system.run(["/bin/sh", "-c", attack], timeout=60)
+    out[name] = {
+        "stdout": r.stdout_text.split(),
+        "records": sorted(
+            [d.what[len(root) + 1:], d.detail]
+            for d in r.denials.records if d.layer == "protected_paths"
+        ),
+        "left": sorted(os.listdir(root)),
+        "hook": open(os.path.join(root, ".git", "hooks", "pre-commit")).read(),
+    }
+print(json.dumps(out))
+"""
+
+
+def test_audit_as_an_unprivileged_user() -> None:
+    require_unprivileged()
+    require_bwrap()
+    require_landlock(6)
+    attack = (
+        "echo x > .envrc; chmod 000 .git/hooks 2>/dev/null; "
+        "{ mv .git .git-old && mkdir -p .git/hooks && echo evil > .git/hooks/pre-commit "
+        "&& echo renamed || echo rename-refused; }; cat .envrc"
+    )
+    base = world_dir("flux-audit-unpriv-")
+    try:
+        got = run_unprivileged(UNPRIVILEGED_AUDIT % attack, base)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    assert got["uid"] == 65534
+    bwrap, landlock = got["bwrap"], got["landlock"]
+    assert isinstance(bwrap, dict) and isinstance(landlock, dict)
+    assert bwrap["stdout"] == ["rename-refused", "x"]  # positive control: .envrc written
+    assert bwrap["records"] == [[".envrc", "created, restored"]]
+    assert landlock["stdout"] == ["renamed", "x"]  # no mount: the rename happened
+    assert [".git", "replaced, restored"] in landlock["records"]
+    assert [".envrc", "created, restored"] in landlock["records"]
+    for got_one in (bwrap, landlock):
+        assert got_one["left"] == [".git"]
+        assert got_one["hook"] == "#!/bin/sh\necho original\n"
