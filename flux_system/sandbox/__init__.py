@@ -12,6 +12,7 @@ This subpackage imports :mod:`flux_system.process`, :mod:`flux_system.net`,
 from __future__ import annotations
 
 from flux_system.process._confine import Denial, Denials
+from flux_system.sandbox._doctor import Check, Diagnosis, diagnose
 from flux_system.sandbox._profile import BUILTIN_PROFILES, Profile, load_profile
 from flux_system.sandbox._report import Guarantee, LayerStatus, SandboxReport
 from flux_system.sandbox._sandbox import Sandbox
@@ -19,13 +20,16 @@ from flux_system.sandbox._settings import SandboxSettings
 
 __all__ = [
     "BUILTIN_PROFILES",
+    "Check",
     "Denial",
     "Denials",
+    "Diagnosis",
     "Guarantee",
     "LayerStatus",
     "Profile",
     "Sandbox",
     "SandboxReport",
     "SandboxSettings",
+    "diagnose",
     "load_profile",
 ]

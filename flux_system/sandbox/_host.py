@@ -84,7 +84,7 @@ def _bwrap_from_wheel() -> str | None:
     if spec is None or not spec.submodule_search_locations:
         return None
     for base in spec.submodule_search_locations:
-        candidate = os.path.join(base, "bin", "bwrap")
+        candidate = os.path.join(base, "_bin", "bwrap")
         if os.access(candidate, os.X_OK):
             return candidate
     return None

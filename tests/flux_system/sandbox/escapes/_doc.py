@@ -1,0 +1,53 @@
+"""Render the table of docs/sandbox-escapes.md from the escape vectors.
+
+``python3 -m tests.flux_system.sandbox.escapes._doc`` rewrites the table in place;
+test_doc.py fails when the document and the vectors disagree.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tests._vectors import load_vectors
+
+DOC = Path(__file__).resolve().parents[4] / "docs" / "sandbox-escapes.md"
+BEGIN = "<!-- BEGIN escape table: generated from tests/vectors/flux_system/sandbox_escapes.json -->"
+END = "<!-- END escape table -->"
+_BACKENDS = (("bwrap", "bubblewrap + seccomp"), ("landlock", "Landlock-only + seccomp"))
+
+
+def _cell(case: dict[str, Any], backend: str) -> str:
+    findings = case.get("finding", {})
+    hits = {k: v for k, v in findings.items() if k == backend or k.startswith(backend + "/")}
+    if hits:
+        who = ", ".join(sorted(k.partition("/")[2] or "all users" for k in hits))
+        return f"**escapes** ({who}; open finding: {'; '.join(sorted(set(hits.values())))})"
+    expect = str(case["expect"][backend])
+    if expect == "blocked":
+        return "stopped" if case["judge"] != "must-work" else "works (as it must)"
+    if expect.startswith("fallback:"):
+        return f"n/a: falls back to network {expect.removeprefix('fallback:')} (reported)"
+    guarantee = expect.removeprefix("gap:")
+    return f"not stopped; reported: `{guarantee}` not enforced"
+
+
+def table() -> str:
+    head = "| case | attack | " + " | ".join(title for _, title in _BACKENDS) + " |"
+    rule = "|---|---|" + "---|" * len(_BACKENDS)
+    rows = [head, rule]
+    for case in load_vectors("flux_system", "sandbox_escapes"):
+        attack = str(case["attack"]).replace("|", "\\|")
+        cells = " | ".join(_cell(case, b) for b, _ in _BACKENDS)
+        rows.append(f"| `{case['id']}` | {attack} | {cells} |")
+    return "\n".join(rows)
+
+
+def render(text: str) -> str:
+    """*text* with the part between the markers replaced by the current table."""
+    start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
+    return text[:start] + "\n" + table() + "\n" + text[end:]
+
+
+if __name__ == "__main__":
+    DOC.write_text(render(DOC.read_text(encoding="utf-8")), encoding="utf-8")
