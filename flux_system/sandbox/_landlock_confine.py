@@ -74,7 +74,10 @@ class LandlockConfinement:
             scope=True,
         )
         spec = _seccomp.FilterSpec(
-            allow_netlink=profile.allow_netlink, deny_inet=no_net, notify=True
+            allow_netlink=profile.allow_netlink,
+            deny_inet=no_net,
+            notify=True,
+            extra_denied=_seccomp.METADATA_SYSCALLS,
         )
         self._spawner = Spawner(rules, spec)
         if self._spawner.error is not None:
@@ -88,11 +91,7 @@ class LandlockConfinement:
             )
         self._limits = limits_of(profile)
         self._sandbox = sandbox
-        self._writable = (
-            *(p for _, p, w in roots if w),
-            *profile.read_write,
-            *settings.read_write,
-        )
+        self._writable = tuple(p for _, p, w in roots if w)
         self._protected = (*BUILTIN_PROTECTED, *profile.protected)
 
     @property
@@ -111,12 +110,12 @@ class LandlockConfinement:
         child_env["HOME"] = self._tmp
         spawner = self._spawner
         pid_box: list[int] = []
-        # The audit is the only cover of protected paths here (no mounts).
-        extras = RunExtras(self._sandbox, self._writable, self._protected)
 
         def started(pid: int) -> None:
             pid_box.append(pid)
             spawner.started(pid)
+
+        extras = RunExtras(self._sandbox, self._writable, self._protected)
 
         def finish(code: int) -> Denials:
             if not pid_box:

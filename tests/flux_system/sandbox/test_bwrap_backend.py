@@ -57,8 +57,10 @@ def test_report_lists_each_guarantee(sandbox: Sandbox) -> None:
     enforced = {g.name: g.enforced for g in rep.guarantees}
     assert enforced == {
         "filesystem_view": True,
+        "file_metadata": True,
         "private_tmp": True,
         "pid_namespace": True,
+        "process_tree": True,
         "net_namespace": True,
         "ipc_uts_namespaces": True,
         "user_namespaces_closed": True,
