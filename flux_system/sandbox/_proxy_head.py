@@ -183,6 +183,7 @@ _STATUS_TEXT: Final = {
 
 
 def answer(status: int, reason: str, host: str | None) -> bytes:
+    """A refusal: *status*, ``X-Flux-Denied: reason``, a one-line text body, close."""
     what = f" {host}" if host else ""
     body = f"flux egress proxy: refused{what}: {reason}\n".encode("ascii", "replace")
     return (
@@ -193,6 +194,7 @@ def answer(status: int, reason: str, host: str | None) -> bytes:
 
 
 def authority_of(host: str, port: int) -> str:
+    """The ``Host`` value of a vetted host and port (IPv6 bracketed, port 80 implied)."""
     name = f"[{host}]" if ":" in host else host
     return name if port == 80 else f"{name}:{port}"
 
