@@ -428,3 +428,35 @@ def test_landlock_backend_with_proxy_gets_no_network_at_all(workspace: Workspace
     finally:
         listener.close()
     assert outcome == {"proxy": "refused", "host": "connected"}  # host: positive control
+
+
+def test_the_proxy_socket_itself_is_no_way_around_the_guard(
+    workspace: Workspace, server: LoopbackHTTP
+) -> None:
+    """The command can reach the bound socket directly: it gets the same rules."""
+    code = (
+        "import socket, sys\n"
+        "def ask(raw):\n"
+        "    s = socket.socket(socket.AF_UNIX); s.settimeout(10)\n"
+        "    s.connect('/run/flux-proxy/egress.sock'); s.sendall(raw)\n"
+        "    print(s.recv(4096).split(b'\\r\\n')[0].decode()); s.close()\n"
+        "ask(b'CONNECT 10.0.0.1:443 HTTP/1.1\\r\\n\\r\\n')\n"
+        "ask(b'LIFELINE flux HTTP/1.1\\r\\n\\r\\n')\n"
+        f"ask(b'GET http://{server.host}/ HTTP/1.1\\r\\n\\r\\n')\n"
+    )
+    require_bwrap()
+    settings = SandboxSettings(
+        mode="require",
+        profile="net-proxy",
+        network="proxy",
+        allow_hosts=(server.host,),
+        allow_private=("127.0.0.0/8",),
+    )
+    with System(workspace, sandbox=Sandbox.resolve(settings)) as system:
+        result = system.run([SYSTEM_PYTHON, "-c", code], timeout=60)
+    assert result.exit_code == 0, result.stderr_text
+    assert result.stdout_text.splitlines() == [
+        "HTTP/1.1 403 Forbidden",  # not on the allow-list
+        "HTTP/1.1 403 Forbidden",  # a second lifeline is only a bad request
+        "HTTP/1.1 200 OK",  # positive control: the allowed server, same socket
+    ]
