@@ -16,6 +16,14 @@ client. Baselines:
 2. ``tunnel``: GETs on one keep-alive ``CONNECT`` tunnel vs direct keep-alive GETs on
    one connection — the cost of the two relays per request, what an HTTPS client pays
    once its tunnel is up.
+3. ``run``: ``System(ws, sandbox=net-proxy).run(["/bin/true"])`` vs the same run with
+   ``network="none"`` (both bubblewrap + seccomp, default limits): what network
+   ``proxy`` adds per run — the host proxy started and closed, the in-sandbox
+   launcher (a Python start) and the forwarder's fork. :func:`run_figures`.
+4. ``audit``: the protected-path audit a run with ``SandboxSettings(audit=True)`` pays
+   (snapshot + check with restore) on a ``.git`` with 13 sample hooks and a config
+   plus ``.vscode``, vs a bare ``os.lstat`` of the same 17 names (the least any
+   comparison must do). :func:`audit_figures`.
 """
 
 from __future__ import annotations
@@ -137,11 +145,68 @@ def proxy_figures(*, number: int = 300, rounds: int = 7) -> dict[str, Any]:
     }
 
 
+def run_figures(*, number: int = 10, rounds: int = 5) -> dict[str, Any]:
+    """Figure 3 (see the module docstring): proxy-mode run vs network none."""
+    import tempfile
+
+    from flux_system import System, Workspace
+    from flux_system.sandbox import Sandbox, SandboxSettings
+
+    proxy = Sandbox.resolve(SandboxSettings(mode="require", profile="net-proxy"))
+    none = Sandbox.resolve(SandboxSettings(mode="require", profile="net-proxy", network="none"))
+    with (
+        tempfile.TemporaryDirectory(dir="/tmp") as root,
+        Workspace(root) as ws,
+        System(ws, sandbox=proxy) as with_proxy,
+        System(ws, sandbox=none) as without,
+    ):
+        for system in (with_proxy, without):  # warm both paths once
+            assert system.run(["/bin/true"]).exit_code == 0
+        return {
+            "run_true_proxy_vs_none": side_by_side(
+                lambda: with_proxy.run(["/bin/true"]),
+                lambda: without.run(["/bin/true"]),
+                number=number,
+                rounds=rounds,
+            )
+        }
+
+
+def audit_figures(*, number: int = 100, rounds: int = 7) -> dict[str, Any]:
+    """Figure 4 (see the module docstring)."""
+    import os
+    import tempfile
+
+    from flux_system.sandbox._audit import ProtectedPathAudit
+
+    with tempfile.TemporaryDirectory(dir="/tmp") as tmp:
+        root = Path(tmp)
+        (root / ".git" / "hooks").mkdir(parents=True)
+        for i in range(13):
+            (root / ".git" / "hooks" / f"hook{i}.sample").write_bytes(b"x" * 2000)
+        (root / ".git" / "config").write_bytes(b"[core]\n" * 10)
+        (root / ".vscode").mkdir()
+        (root / ".vscode" / "settings.json").write_bytes(b"{}")
+        names = [str(p) for p in root.rglob("*")]
+
+        def audit() -> None:
+            with ProtectedPathAudit(root) as snapshot:
+                snapshot.check(restore=True)
+
+        def lstat_all() -> None:
+            for name in names:
+                os.lstat(name)
+
+        return {"audit_vs_lstat": side_by_side(audit, lstat_all, number=number, rounds=rounds)}
+
+
 def main() -> None:
     figures = proxy_figures()
+    figures.update(run_figures())
+    figures.update(audit_figures())
     for name, fig in figures.items():
-        proxied, direct = fig["candidate_s"] * 1e6, fig["baseline_s"] * 1e6
-        print(f"{name}: {fig['ratio']:.2f}x  ({proxied:.0f} us proxied vs {direct:.0f} us direct)")
+        cand, base = fig["candidate_s"] * 1e6, fig["baseline_s"] * 1e6
+        print(f"{name}: {fig['ratio']:.2f}x  ({cand:.0f} us vs {base:.0f} us baseline)")
     record("proxy", figures)
 
 

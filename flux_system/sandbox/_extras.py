@@ -56,6 +56,7 @@ class RunExtras:
                 self.proxy = ProxyRun(
                     allow_hosts=(*profile.allow_hosts, *settings.allow_hosts),
                     allow_private=(*profile.allow_private, *settings.allow_private),
+                    resolver=sandbox.resolver,
                 )
         except BaseException:
             self.abort()

@@ -31,6 +31,7 @@ __all__ = [
     "SANDBOX_SOCKET",
     "bind_listener",
     "open_lifeline",
+    "preload",
     "proxy_environment",
     "serve",
 ]
@@ -45,12 +46,22 @@ _PROXY_VARS: Final = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")
 _FATAL: Final = frozenset({errno.EBADF, errno.EINVAL, errno.ENOTSOCK})
 
 
+_LOADED: list[Callable[..., None]] = []  # the relay, once loaded
+
+
 def _relay() -> Callable[..., None]:
-    """``_proxy_relay.relay``: from the package when importable, else the sibling file."""
+    """``_proxy_relay.relay``: from the package when importable, else the sibling file.
+
+    Loaded once (a launcher that starts the forwarder after restricting itself calls
+    :func:`preload` first: Landlock may forbid reading the file afterwards).
+    """
+    if _LOADED:
+        return _LOADED[0]
     try:
         from flux_system.sandbox import _proxy_relay
 
-        return _proxy_relay.relay
+        _LOADED.append(_proxy_relay.relay)
+        return _LOADED[0]
     except ImportError:
         pass
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_proxy_relay.py")
@@ -59,8 +70,13 @@ def _relay() -> Callable[..., None]:
         raise ImportError(f"cannot load {path}")
     module: Any = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    relay: Callable[..., None] = module.relay
-    return relay
+    _LOADED.append(module.relay)
+    return _LOADED[0]
+
+
+def preload() -> None:
+    """Load everything :func:`serve` needs now, before the launcher restricts itself."""
+    _relay()
 
 
 def proxy_environment(port: int = FORWARDER_PORT) -> dict[str, str]:

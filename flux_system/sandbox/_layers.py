@@ -110,6 +110,8 @@ def plan(settings: SandboxSettings, profile: Profile | None, host: HostInfo | No
         active.add("landlock")
         if avail["seccomp"]:
             active.add("seccomp")
+    elif backend != "none" and not avail.get("bubblewrap", False):
+        backend = "none" if settings.mode == "on" else backend
     proxy_missing = False
     if network == "proxy" and backend == "bwrap" and "bubblewrap" in active:
         if python is None:
@@ -122,8 +124,6 @@ def plan(settings: SandboxSettings, profile: Profile | None, host: HostInfo | No
         reasons["proxy"] = "no network namespace on the Landlock-only backend: network none"
     if proxy_missing:
         network = "none"  # fail closed: no network rather than the host's
-    elif backend != "none" and not avail.get("bubblewrap", False):
-        backend = "none" if settings.mode == "on" else backend
     if not active:
         backend = "none" if settings.mode == "on" else backend
     missing = tuple(layer for layer in LAYERS if layer in required and layer not in active)

@@ -16,8 +16,7 @@ import socket
 import struct
 import tempfile
 import threading
-from collections.abc import Collection, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Collection
 from typing import Final, final
 
 from flux_system._exceptions import (
@@ -29,101 +28,21 @@ from flux_system._exceptions import (
 from flux_system.net import EgressPolicy, PrivateNetAllow, Resolver, dial_tcp
 from flux_system.net._url import parse_url
 from flux_system.sandbox._proxy_head import (
-    MAX_HEAD_BYTES,
     HeadError,
     RequestHead,
+    answer,
+    authority_of,
+    origin_head,
     parse_head,
     read_head,
     split_authority,
 )
 from flux_system.sandbox._proxy_relay import relay
+from flux_system.sandbox._proxy_values import LIFELINE, MAX_DENIALS, ProxyDenial, ProxySettings
 
 __all__ = ["LIFELINE", "MAX_DENIALS", "EgressProxy", "ProxyDenial", "ProxySettings"]
 
-MAX_DENIALS: Final = 1000  # denial records kept per proxy; later ones are only counted
-#: The head the in-sandbox launcher sends on the connection it keeps open for the run:
-#: when that connection ends (the sandbox's processes are gone), the proxy closes.
-LIFELINE: Final = b"LIFELINE flux HTTP/1.1\r\n\r\n"
 _MAX_CONNECTIONS: Final = 1024  # the ceiling a caller may configure
-_HOP_BY_HOP: Final = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "proxy-connection",
-        "proxy-authorization",
-        "proxy-authenticate",
-        "te",
-        "trailer",
-        "upgrade",
-        "host",  # replaced by the vetted URL's authority
-    }
-)
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class ProxySettings:
-    """What the proxy may reach, and its bounds.
-
-    ``allow_hosts`` (``--allow-host`` patterns and the profile's hosts: ``name``,
-    ``*.suffix`` or an IP literal) is the allow-list; those names also lift the
-    internal-name refusal. ``allow_private`` (``--allow-private`` CIDRs) admits blocked
-    addresses in those ranges. With no host, everything is denied. ``ports=None``
-    means {80, 443}. With ``lifeline_deadline``, the proxy closes itself when no
-    :data:`LIFELINE` connection arrived within that many seconds of ``start()``, and
-    when the one it accepted ends (the run's tree is gone, however the run ended).
-    """
-
-    allow_hosts: tuple[str, ...] = ()
-    allow_private: tuple[str, ...] = ()
-    ports: frozenset[int] | None = None
-    max_connections: int = 64
-    idle_timeout: float = 60.0
-    head_timeout: float = 10.0
-    connect_timeout: float = 10.0
-    max_head_bytes: int = MAX_HEAD_BYTES
-    lifeline_deadline: float | None = None
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class ProxyDenial:
-    """One request the proxy refused, as the run result reports it.
-
-    ``reason`` is an :class:`EgressReason` value for the guard's refusals, or one of
-    the proxy's own: ``bad_request``, ``head_too_large``, ``head_timeout``,
-    ``too_many_connections``, ``https_requires_connect``, ``peer``. ``host`` and
-    ``port`` are those asked for (``None`` when the request did not get that far);
-    never a path or a query.
-    """
-
-    method: str | None
-    host: str | None
-    port: int | None
-    reason: str
-    status: int
-    address: str | None = None
-    layer: str = field(default="proxy")
-
-
-_STATUS_TEXT: Final = {
-    400: "Bad Request",
-    403: "Forbidden",
-    408: "Request Timeout",
-    431: "Request Header Fields Too Large",
-    502: "Bad Gateway",
-    503: "Service Unavailable",
-}
-
-
-def _answer(status: int, reason: str, host: str | None) -> bytes:
-    what = f" {host}" if host else ""
-    body = f"flux egress proxy: refused{what}: {reason}\n".encode("ascii", "replace")
-    return (
-        f"HTTP/1.1 {status} {_STATUS_TEXT[status]}\r\n"
-        f"Content-Type: text/plain\r\nX-Flux-Denied: {reason}\r\n"
-        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-    ).encode("ascii") + body
 
 
 @final
@@ -312,7 +231,7 @@ class EgressProxy:
         self._record(denial)
         with contextlib.suppress(OSError):
             client.settimeout(self._settings.head_timeout)
-            client.sendall(_answer(denial.status, denial.reason, denial.host))
+            client.sendall(answer(denial.status, denial.reason, denial.host))
 
     # -- serving ------------------------------------------------------------------------
 
@@ -340,7 +259,15 @@ class EgressProxy:
                     return
                 self._live.add(client)
                 self._threads.add(thread)
-            thread.start()
+            try:
+                thread.start()
+            except RuntimeError:  # no thread to be had (limits): refuse this one, go on
+                with self._lock:
+                    self._live.discard(client)
+                    self._threads.discard(thread)
+                self._refuse(client, ProxyDenial(None, None, None, "too_many_connections", 503))
+                client.close()
+                self._slots.release()
 
     @staticmethod
     def _peer_ok(client: socket.socket) -> bool:
@@ -461,41 +388,7 @@ class EgressProxy:
             client,
             upstream,
             idle_timeout=self._settings.idle_timeout,
-            to_right=_origin_head(head, url.target, _authority(host, url.port)) + body,
+            to_right=origin_head(head, url.target, authority_of(host, url.port)) + body,
             right_budget=length - len(body),
         )
         return upstream
-
-
-def _authority(host: str, port: int) -> str:
-    name = f"[{host}]" if ":" in host else host
-    return name if port == 80 else f"{name}:{port}"
-
-
-def _origin_head(head: RequestHead, target: str, authority: str) -> bytes:
-    """The request head as the origin server gets it: origin-form, our Host, no hop-by-hop."""
-    named = {
-        token.strip().lower() for value in head.values("connection") for token in value.split(",")
-    }
-    lines = [f"{head.method} {target} {head.version}", f"Host: {authority}"]
-    lines += [
-        f"{name}: {value}"
-        for name, value in head.headers
-        if name.lower() not in _HOP_BY_HOP and name.lower() not in named
-    ]
-    lines.append("Connection: close")
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("ascii")
-
-
-def settings_from(
-    allow_hosts: Iterable[str] = (),
-    allow_private: Iterable[str] = (),
-    *,
-    ports: Iterable[int] | None = None,
-) -> ProxySettings:
-    """Build :class:`ProxySettings` from CLI/profile lists (validated by the proxy)."""
-    return ProxySettings(
-        allow_hosts=tuple(allow_hosts),
-        allow_private=tuple(allow_private),
-        ports=None if ports is None else frozenset(ports),
-    )

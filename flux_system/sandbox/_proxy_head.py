@@ -1,4 +1,4 @@
-"""Reading and strictly parsing one HTTP/1.x request head for the egress proxy.
+"""Reading, strictly parsing and rewriting one HTTP/1.x request head for the egress proxy.
 
 Refuse, never repair: a request line other than ``METHOD SP target SP HTTP/1.x``,
 bare LF or CR, obsolete line folding, control bytes, a header name that is not a
@@ -19,6 +19,9 @@ __all__ = [
     "MAX_HEAD_BYTES",
     "HeadError",
     "RequestHead",
+    "answer",
+    "authority_of",
+    "origin_head",
     "parse_head",
     "read_head",
     "split_authority",
@@ -153,3 +156,59 @@ def split_authority(authority: str) -> tuple[str, int]:
     if port_text.startswith("0") or not 1 <= int(port_text) <= 65535:
         raise HeadError("bad_request", 400)
     return host, int(port_text)
+
+
+_HOP_BY_HOP: Final = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "proxy-authorization",
+        "proxy-authenticate",
+        "te",
+        "trailer",
+        "upgrade",
+        "host",  # replaced by the vetted URL's authority
+    }
+)
+
+_STATUS_TEXT: Final = {
+    400: "Bad Request",
+    403: "Forbidden",
+    408: "Request Timeout",
+    431: "Request Header Fields Too Large",
+    502: "Bad Gateway",
+    503: "Service Unavailable",
+}
+
+
+def answer(status: int, reason: str, host: str | None) -> bytes:
+    """A refusal: *status*, ``X-Flux-Denied: reason``, a one-line text body, close."""
+    what = f" {host}" if host else ""
+    body = f"flux egress proxy: refused{what}: {reason}\n".encode("ascii", "replace")
+    return (
+        f"HTTP/1.1 {status} {_STATUS_TEXT[status]}\r\n"
+        f"Content-Type: text/plain\r\nX-Flux-Denied: {reason}\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    ).encode("ascii") + body
+
+
+def authority_of(host: str, port: int) -> str:
+    """The ``Host`` value of a vetted host and port (IPv6 bracketed, port 80 implied)."""
+    name = f"[{host}]" if ":" in host else host
+    return name if port == 80 else f"{name}:{port}"
+
+
+def origin_head(head: RequestHead, target: str, authority: str) -> bytes:
+    """The request head as the origin server gets it: origin-form, our Host, no hop-by-hop."""
+    named = {
+        token.strip().lower() for value in head.values("connection") for token in value.split(",")
+    }
+    lines = [f"{head.method} {target} {head.version}", f"Host: {authority}"]
+    lines += [
+        f"{name}: {value}"
+        for name, value in head.headers
+        if name.lower() not in _HOP_BY_HOP and name.lower() not in named
+    ]
+    lines.append("Connection: close")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("ascii")

@@ -24,6 +24,9 @@ from flux_system.sandbox._profile import Profile, load_profile
 from flux_system.sandbox._report import SandboxReport
 from flux_system.sandbox._settings import SandboxSettings
 
+if typing.TYPE_CHECKING:
+    from flux_system.net import Resolver  # the egress package loads only for network proxy
+
 __all__ = ["Sandbox"]
 
 
@@ -63,7 +66,7 @@ class Sandbox:
     fails with the layer's error rather than running unconfined).
     """
 
-    __slots__ = ("_lock", "_plan", "_seccomp_fd", "host", "profile", "settings")
+    __slots__ = ("_lock", "_plan", "_seccomp_fd", "host", "profile", "resolver", "settings")
 
     def __init__(
         self,
@@ -71,8 +74,10 @@ class Sandbox:
         profile: Profile | None,
         host: _host.HostInfo | None,
         p: Plan,
+        resolver: Resolver | None = None,
     ) -> None:
         self.settings = settings
+        self.resolver = resolver  # the egress proxy's (network proxy); None: system DNS
         self.profile = profile
         self.host = host
         self._plan = p
@@ -80,8 +85,14 @@ class Sandbox:
         self._seccomp_fd = -1
 
     @classmethod
-    def resolve(cls, settings: SandboxSettings | None = None) -> Sandbox:
+    def resolve(
+        cls, settings: SandboxSettings | None = None, *, resolver: Resolver | None = None
+    ) -> Sandbox:
         """Resolve *settings* (default: ``SandboxSettings()``) against this host.
+
+        *resolver* is what the egress proxy (network ``proxy``) resolves names with on
+        the host (default: a ``DnsResolver`` on the system's nameservers); pinned names
+        (``StaticResolver``) or a test DNS server go here.
 
         Raises:
             SandboxUnavailableError: ``BAD_PROFILE`` (the profile cannot be loaded);
@@ -101,7 +112,7 @@ class Sandbox:
         if settings.mode == "require" and p.missing:
             layer = p.missing[0]
             raise _unavailable(layer, p.reasons.get(layer, "unavailable"))
-        return cls(settings, profile, host, p)
+        return cls(settings, profile, host, p, resolver)
 
     @property
     def mode(self) -> str:
