@@ -61,6 +61,7 @@ def test_attack_fails(lab: Lab, case: dict[str, Any], backend: str, user: str) -
     site = lab.site(backend, user)
     run = site.results[case["run"]]
     out = site.output(case["run"]).get(case["id"])
+    expect = case["expect"][backend]
     control = (
         lab.site(None, user).output(case["run"]).get(case["id"])
         if case["judge"] == "families"
@@ -70,10 +71,11 @@ def test_attack_fails(lab: Lab, case: dict[str, Any], backend: str, user: str) -
         problems = _judge.must_work(out)
     else:
         problems = _judge.sandboxed(case, out, control) + _judge.host_checks(case, site, run)
+    if case["run"] == "proxy" and case["judge"] != "must-work" and expect == "blocked":
+        problems += _proxy_was_there(site, backend)
     if case["judge"] == "protected":
         assert out is not None
         problems += _protected(case, backend, out, run)
-    expect = case["expect"][backend]
     if expect.startswith("fallback:"):
         # This backend cannot give the run's network mode: the report must say which.
         network = (run.get("report") or {}).get("network")
@@ -97,6 +99,20 @@ def test_sandbox_is_what_was_asked(lab: Lab, backend: str, user: str, run: str) 
     """Each sandboxed run ran, under the backend asked for, with its layers active."""
     problems = _judge.is_what_was_asked(lab.site(backend, user).results[run], backend)
     assert not problems, f"{run} under {backend} as {user}: {problems}"
+
+
+def _proxy_was_there(site: Any, backend: str) -> list[str]:
+    """A proxy case only means something if the proxy was reachable in that run."""
+    positive = next(c for c in CASES if c["id"] == "proxy-positive")
+    if positive["expect"][backend] != "blocked":
+        return []  # this backend has no proxy: the case holds with no network at all
+    out = site.output("proxy").get("proxy-positive")
+    problems = _judge.must_work(out)
+    return (
+        [f"the proxy run's positive control failed, nothing was tested: {problems}"]
+        if problems
+        else []
+    )
 
 
 def _protected(case: dict[str, Any], backend: str, out: Any, run: dict[str, Any]) -> list[str]:
