@@ -14,6 +14,7 @@ for a run with a ``marker`` the pids still carrying it right after the run retur
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import enum
@@ -26,6 +27,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+_JOIN_SLACK_S = 30.0  # hang guard past a spawned child's own timeout
 _CONTROL_ENV = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "LANG": "C.UTF-8"}
 
 
@@ -81,14 +83,29 @@ def _sandboxed(run: dict[str, Any], workspace: Path) -> dict[str, Any]:
             if opener is not None:
                 audit_handle = stack.enter_context(opener(ws, restore=restore))
             out["restore"] = restore
-        result = system.run(run["argv"], timeout=run.get("timeout", 60.0))
-        out["survivors"] = _survivors(run)
-        out["exit_code"] = result.exit_code
-        out["stdout"] = result.stdout.decode("utf-8", "replace")
-        out["stderr"] = result.stderr.decode("utf-8", "replace")
-        for attr in ("denials", "audit", "tree_contained"):
-            if getattr(result, attr, None) is not None:
-                out[attr] = plain(getattr(result, attr))
+        timeout = run.get("timeout", 60.0)
+        via = run.get("via", "run")
+        if via == "spawn":  # the same confinement must hold for every entry point
+            child = system.spawn(run["argv"], timeout=timeout)
+            assert child.join(timeout + _JOIN_SLACK_S), "spawned child did not end"
+            output = child.read_output()
+            out["survivors"] = _survivors(run)
+            out["exit_code"] = child.status().exit_code
+            out["stdout"] = output.stdout.decode("utf-8", "replace")
+            out["stderr"] = output.stderr.decode("utf-8", "replace")
+            out["denials"] = plain(child.denials)
+        else:
+            if via == "arun":
+                result = asyncio.run(system.arun(run["argv"], timeout=timeout))
+            else:
+                result = system.run(run["argv"], timeout=timeout)
+            out["survivors"] = _survivors(run)
+            out["exit_code"] = result.exit_code
+            out["stdout"] = result.stdout.decode("utf-8", "replace")
+            out["stderr"] = result.stderr.decode("utf-8", "replace")
+            for attr in ("denials", "audit", "tree_contained"):
+                if getattr(result, attr, None) is not None:
+                    out[attr] = plain(getattr(result, attr))
     if audit_handle is not None and "audit" not in out:
         out["audit"] = plain(audit_handle.report)
     return out

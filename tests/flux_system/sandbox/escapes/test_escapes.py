@@ -91,7 +91,7 @@ def test_attack_fails(lab: Lab, case: dict[str, Any], backend: str, user: str) -
 
 
 @pytest.mark.parametrize(
-    "run", ["batch", "daemon", "forkbomb", "protected", "proxy", "proxy-resolver"]
+    "run", ["batch", "daemon", "forkbomb", "protected", "spawn", "arun", "proxy", "proxy-resolver"]
 )
 @pytest.mark.parametrize("user", USERS)
 @pytest.mark.parametrize("backend", BACKENDS)
