@@ -39,6 +39,8 @@ CANARY_DIRS = (
     "procroot",
     "home",
     "roroot",
+    "meta",
+    "rometa",
     "via-spawn",
     "via-arun",
     "devshm",
@@ -210,6 +212,8 @@ def fill(template: str, site: Site, lab: Any, run: str) -> str:
         "ws": str(site.ws),
         "evil": str(site.root / "ws-evil"),
         "roroot": str(site.root / "roroot"),
+        "meta": str(site.root / "meta"),
+        "rometa": str(site.root / "rometa"),
         "via_spawn": str(site.root / "via-spawn"),
         "via_arun": str(site.root / "via-arun"),
         "metadata_name": site.metadata_name,
@@ -258,7 +262,7 @@ def plan_for(site: Site, lab: Any, backend: str | None) -> dict[str, Any]:
                 else settings_for(backend, network)
             )
             if name == "batch":
-                r["settings"]["read_only"] = [str(site.root / "roroot")]
+                r["settings"]["read_only"] = [str(site.root / k) for k in ("roroot", "rometa")]
             if name == "protected":
                 r["settings"]["audit"] = True
         r.update(extra)

@@ -245,13 +245,18 @@ static void case_fs_write(void) {
     run_op("mkdir", op_mkdir, dir);
     run_op("rename", op_rename, dir);
     run_op("symlink", op_symlink, dir);
+    run_op("mkfifo", op_mkfifo, dir);
+    run_op("hardlink", op_hardlink, dir);
+    run_op("rename-out", op_rename_out, dir);
+}
+
+/* fs-meta=DIR: metadata writes on DIR/canary (a file the caller owns). */
+static void case_fs_meta(void) {
+    char *dir = (char *)arg_str(0);
     run_op("chmod", op_chmod, dir);
     run_op("utimes", op_utimes, dir);
     run_op("chown", op_chown, dir);
     run_op("setxattr", op_setxattr, dir);
-    run_op("mkfifo", op_mkfifo, dir);
-    run_op("hardlink", op_hardlink, dir);
-    run_op("rename-out", op_rename_out, dir);
 }
 
 /* Read *path*; "ok" only when the content holds the token (the secret was read). */
@@ -1108,6 +1113,7 @@ static void case_udp(void) { case_ip(SOCK_DGRAM); }
 
 static struct entry cases[] = {
     {"fs-write", case_fs_write, 0},
+    {"fs-meta", case_fs_meta, 0},
     {"secret-read", case_secret_read, 0},
     {"proc-environ", case_proc_environ, 1},
     {"ptrace", case_ptrace, 0},
