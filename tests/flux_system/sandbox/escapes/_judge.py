@@ -46,7 +46,8 @@ PROTECTED_PREFIXES = (
 _EMPTY_CAPS = "0000000000000000"
 
 
-def _attack_ops(case: dict[str, Any], out: CaseOutput) -> list[str] | None:
+def _attack_ops(case: dict[str, Any]) -> list[str] | None:
+    """The steps that count as the attack: the listed ones (judge ``ops``) or all."""
     return case.get("ops") if case["judge"] == "ops" else None
 
 
@@ -60,7 +61,7 @@ def sandboxed(
         return [f"the case process died (signal/status {out.info['died']}): {out.ops}"]
     judge = case["judge"]
     if judge in ("any-op", "ops"):
-        worked = out.worked(_attack_ops(case, out))
+        worked = out.worked(_attack_ops(case))
         return [f"step {k!r} worked: {v}" for k, v in worked.items()]
     if judge == "families":
         assert control is not None
