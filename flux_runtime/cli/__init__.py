@@ -23,7 +23,7 @@ __all__ = ["EXIT_BROKEN_PIPE", "main"]
 EXIT_BROKEN_PIPE = 128 + 13
 
 # Subcommand modules, in help order.
-_SUBCOMMANDS: tuple[str, ...] = ("exec", "policy", "evidence")
+_SUBCOMMANDS: tuple[str, ...] = ("exec", "doctor", "policy", "evidence")
 
 
 def build_parser() -> argparse.ArgumentParser:

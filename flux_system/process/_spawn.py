@@ -21,6 +21,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import resource
 import signal
 import subprocess
 import threading
@@ -211,9 +212,12 @@ def _build_spawn(spec: SpawnSpec, ws: DirAuthority) -> Spawned:
             target=target,
             reason=ProcessReason.LIMIT_UNENFORCEABLE,
         )
-    preexec = make_preexec(
-        limits.rlimits() if limits is not None else (), no_new_privs=priv.no_new_privs
-    )
+    rlimits = limits.rlimits() if limits is not None else ()
+    if nproc is not None and child_uid == 0 and tree.contained:
+        # The tree's pids cgroup bounds a root child (which RLIMIT_NPROC would not):
+        # without the rlimit no code runs between fork and exec for it (vfork).
+        rlimits = tuple(pair for pair in rlimits if pair[0] != resource.RLIMIT_NPROC)
+    preexec = make_preexec(rlimits, no_new_privs=priv.no_new_privs)
     ours: list[int] = []
     theirs: list[int] = []
     cwd_fd = -1

@@ -12,20 +12,36 @@ This subpackage imports :mod:`flux_system.process`, :mod:`flux_system.net`,
 from __future__ import annotations
 
 from flux_system.process._confine import Denial, Denials
+from flux_system.sandbox._audit import (
+    AuditChange,
+    AuditRecord,
+    AuditReport,
+    ProtectedPathAudit,
+    audit_protected_paths,
+)
+from flux_system.sandbox._doctor import Check, Diagnosis, diagnose
 from flux_system.sandbox._profile import BUILTIN_PROFILES, Profile, load_profile
 from flux_system.sandbox._report import Guarantee, LayerStatus, SandboxReport
 from flux_system.sandbox._sandbox import Sandbox
 from flux_system.sandbox._settings import SandboxSettings
 
 __all__ = [
+    "AuditChange",
+    "AuditRecord",
+    "AuditReport",
     "BUILTIN_PROFILES",
+    "Check",
     "Denial",
     "Denials",
+    "Diagnosis",
     "Guarantee",
     "LayerStatus",
     "Profile",
+    "ProtectedPathAudit",
     "Sandbox",
     "SandboxReport",
     "SandboxSettings",
+    "audit_protected_paths",
+    "diagnose",
     "load_profile",
 ]

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import flux_system.sandbox._landlock as _landlock
 import flux_system.sandbox._libseccomp as _libseccomp
+from flux_system.process._cgroup import pids_hierarchy_available
 
 __all__ = ["BwrapInfo", "HostInfo", "find_bwrap", "probe"]
 
@@ -57,6 +58,7 @@ class HostInfo:
     seccomp_reason: str
     libseccomp_version: str | None
     cgroup: str  # "v2", "v1", "hybrid" or "none"
+    tree_cgroups: bool  # this process can give each tree its own pids cgroup
     euid: int
 
 
@@ -84,7 +86,7 @@ def _bwrap_from_wheel() -> str | None:
     if spec is None or not spec.submodule_search_locations:
         return None
     for base in spec.submodule_search_locations:
-        candidate = os.path.join(base, "bin", "bwrap")
+        candidate = os.path.join(base, "_bin", "bwrap")
         if os.access(candidate, os.X_OK):
             return candidate
     return None
@@ -221,5 +223,6 @@ def probe(*, trial: bool = True) -> HostInfo:
         seccomp_reason=sreason,
         libseccomp_version=lib.version() if lib is not None else None,
         cgroup=_cgroup(),
+        tree_cgroups=pids_hierarchy_available(),
         euid=os.geteuid(),
     )

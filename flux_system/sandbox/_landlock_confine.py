@@ -28,6 +28,8 @@ from flux_system._exceptions import SandboxReason, SandboxUnavailableError
 from flux_system.process import Limits
 from flux_system.process._confine import Denials, Launch
 from flux_system.sandbox._bwrap_confine import check_home, limits_of, workspace_roots
+from flux_system.sandbox._extras import RunExtras
+from flux_system.sandbox._protected import BUILTIN_PROTECTED
 from flux_system.sandbox._spawner import Spawner
 
 if typing.TYPE_CHECKING:
@@ -72,7 +74,10 @@ class LandlockConfinement:
             scope=True,
         )
         spec = _seccomp.FilterSpec(
-            allow_netlink=profile.allow_netlink, deny_inet=no_net, notify=True
+            allow_netlink=profile.allow_netlink,
+            deny_inet=no_net,
+            notify=True,
+            extra_denied=_seccomp.METADATA_SYSCALLS,
         )
         self._spawner = Spawner(rules, spec)
         if self._spawner.error is not None:
@@ -85,6 +90,9 @@ class LandlockConfinement:
                 reason=SandboxReason.LAYER_UNAVAILABLE,
             )
         self._limits = limits_of(profile)
+        self._sandbox = sandbox
+        self._writable = tuple(p for _, p, w in roots if w)
+        self._protected = (*BUILTIN_PROTECTED, *profile.protected)
 
     @property
     def enforced(self) -> dict[str, bool]:
@@ -107,16 +115,18 @@ class LandlockConfinement:
             pid_box.append(pid)
             spawner.started(pid)
 
+        extras = RunExtras(self._sandbox, self._writable, self._protected)
+
         def finish(code: int) -> Denials:
             if not pid_box:
-                return Denials(())
+                return extras.finish(Denials(()))
             records, unattributed = spawner.finish(pid_box[0])
             reason = (
                 f"{unattributed} denial(s) of re-parented processes could not be attributed"
                 if unattributed
                 else ""
             )
-            return Denials(records, observable=True, reason=reason)
+            return extras.finish(Denials(records, observable=True, reason=reason))
 
         return Launch(
             argv=argv,

@@ -195,6 +195,21 @@ def report_of(
             ),
         ),
         _g(
+            "file_metadata",
+            bw,
+            "bubblewrap",
+            "outside the writable roots everything is read-only or absent: chmod, chown,"
+            " utimes and xattr changes fail there"
+            if bw
+            else (
+                "Landlock (ABI <= 7) has no right for chmod or utimes: a file this user owns"
+                " outside the workspace can have its mode and times changed (ownership and"
+                " xattr changes are refused by seccomp)"
+                if ll
+                else "no layer confines the filesystem"
+            ),
+        ),
+        _g(
             "private_tmp",
             bw,
             "bubblewrap",
@@ -207,6 +222,19 @@ def report_of(
             bw,
             "bubblewrap",
             "own pid namespace" if bw else "no pid namespace without bubblewrap",
+        ),
+        _g(
+            "process_tree",
+            bw or bool(host and host.tree_cgroups),
+            "bubblewrap" if bw else "cgroup",
+            "every process dies with the command (its pid namespace)"
+            if bw
+            else (
+                "each tree has its own pids cgroup: daemons are found and killed"
+                if host and host.tree_cgroups
+                else "no pid namespace and no pids cgroup for this user: a daemon that "
+                "starts its own session can outlive the run"
+            ),
         ),
         _g(
             "net_namespace",

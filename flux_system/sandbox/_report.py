@@ -9,8 +9,10 @@ __all__ = ["GUARANTEES", "Guarantee", "LayerStatus", "SandboxReport"]
 
 GUARANTEES = (
     "filesystem_view",
+    "file_metadata",
     "private_tmp",
     "pid_namespace",
+    "process_tree",
     "net_namespace",
     "ipc_uts_namespaces",
     "user_namespaces_closed",

@@ -89,6 +89,25 @@ DENIED_SYSCALLS: tuple[str, ...] = (
     "name_to_handle_at",
 )
 
+# The Landlock-only backend adds these: Landlock (ABI <= 7) has no right for changing
+# ownership or extended attributes, so without a mount namespace a child could change
+# them on any file its uid owns outside the workspace. Rarely needed by builds; chmod
+# and utimes stay allowed there (common in a workspace) and are reported as a gap.
+METADATA_SYSCALLS: tuple[str, ...] = (
+    "chown",
+    "fchown",
+    "lchown",
+    "fchownat",
+    "setxattr",
+    "lsetxattr",
+    "fsetxattr",
+    "setxattrat",
+    "removexattr",
+    "lremovexattr",
+    "fremovexattr",
+    "removexattrat",
+)
+
 CLONE_NS_FLAGS: tuple[int, ...] = (
     0x00020000,  # CLONE_NEWNS
     0x02000000,  # CLONE_NEWCGROUP

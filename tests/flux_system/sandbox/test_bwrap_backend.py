@@ -57,8 +57,10 @@ def test_report_lists_each_guarantee(sandbox: Sandbox) -> None:
     enforced = {g.name: g.enforced for g in rep.guarantees}
     assert enforced == {
         "filesystem_view": True,
+        "file_metadata": True,
         "private_tmp": True,
         "pid_namespace": True,
+        "process_tree": True,
         "net_namespace": True,
         "ipc_uts_namespaces": True,
         "user_namespaces_closed": True,
@@ -231,3 +233,41 @@ def test_spawn_is_confined(system: System) -> None:
     assert child.join(30)
     out = child.read_output()
     assert b"NoNewPrivs:\t1" in out.stdout
+
+
+def _sleepers(marker: str) -> list[psutil.Process]:
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        if p.info["cmdline"] and marker in p.info["cmdline"]:
+            found.append(p)
+    return found
+
+
+def test_daemons_do_not_survive_the_run(system: System) -> None:
+    """The pid namespace contains the tree (no cgroup is used for it)."""
+    marker = f"{os.getpid() % 100000 + 400000}"
+    r = system.run(
+        ["/bin/sh", "-c", f"setsid /bin/sleep {marker} & (setsid /bin/sleep {marker} &); echo up"]
+    )
+    assert r.stdout_text == "up\n"
+    assert r.tree_contained is True
+    assert _sleepers(marker) == []
+
+
+def test_daemons_of_a_killed_spawn_do_not_survive(system: System) -> None:
+    marker = f"{os.getpid() % 100000 + 500000}"
+    child = system.spawn(
+        ["/bin/sh", "-c", f"setsid /bin/sleep {marker} & exec /bin/sleep {marker}"]
+    )
+    try:
+        for _ in range(200):
+            if len(_sleepers(marker)) == 2:
+                break
+            import time
+
+            time.sleep(0.01)
+        assert len(_sleepers(marker)) == 2  # positive control: both ran
+    finally:
+        child.kill()
+        assert child.join(30)
+    assert _sleepers(marker) == []

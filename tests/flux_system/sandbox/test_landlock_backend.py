@@ -48,8 +48,10 @@ def test_report_says_what_landlock_alone_cannot_give(sandbox: Sandbox) -> None:
     enforced = {g.name: g.enforced for g in rep.guarantees}
     assert enforced == {
         "filesystem_view": True,
+        "file_metadata": False,
         "private_tmp": False,
         "pid_namespace": False,
+        "process_tree": True,  # root here: each tree has its own pids cgroup
         "net_namespace": False,
         "ipc_uts_namespaces": False,
         "user_namespaces_closed": True,
@@ -189,3 +191,25 @@ def test_spawned_child_reports_its_denials(system: System) -> None:
     denials = child.denials
     assert denials is not None and denials.observable is True
     assert [(d.what, d.detail) for d in denials.records] == [("socket", "family=17")]
+
+
+def test_ownership_and_xattr_changes_are_refused_chmod_is_a_declared_gap(
+    system: System, sandbox: Sandbox, tmp_path: Path
+) -> None:
+    """Landlock has no right for file metadata; seccomp refuses chown and xattrs."""
+    outside = tmp_path / "outside.txt"
+    outside.write_text("x")
+    outside.chmod(0o644)
+    code = (
+        "import os\n"
+        f"p = {str(outside)!r}\n"
+        "for name, f in (('chown', lambda: os.chown(p, os.getuid(), os.getgid())),\n"
+        "                ('setxattr', lambda: os.setxattr(p, 'user.flux', b'1'))):\n"
+        "    try:\n        f(); print(name, 'ok')\n"
+        "    except OSError as e: print(name, e.errno)\n"
+    )
+    r = system.run([SYSTEM_PYTHON, "-I", "-S", "-c", code], timeout=30)
+    assert r.stdout_text.split("\n")[:2] == ["chown 1", "setxattr 1"], r.stderr_text
+    assert os.listxattr(outside) == []
+    g = sandbox.report().guarantee("file_metadata")
+    assert g.enforced is False and "chmod" in g.reason
