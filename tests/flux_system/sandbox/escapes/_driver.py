@@ -63,26 +63,16 @@ def make_sandbox(settings: dict[str, Any]) -> Any:
 
 
 def _sandboxed(run: dict[str, Any], workspace: Path) -> dict[str, Any]:
-    import importlib
-
     from flux_system import System, Workspace
 
-    api = importlib.import_module("flux_system.sandbox")
     out: dict[str, Any] = {"workspace": str(workspace)}
     sandbox = make_sandbox(run["settings"])
     out["report"] = plain(sandbox.report())
     out["backend"] = getattr(sandbox, "backend", None)
     ws = Workspace(workspace)
-    with contextlib.ExitStack() as stack:
-        system = stack.enter_context(System(ws, sandbox=sandbox))
-        audit_handle = None
-        if run.get("audit"):
-            # The explicit opt-in around the run (the result may carry its own too).
-            restore = bool(getattr(getattr(sandbox, "profile", None), "restore", False))
-            opener = getattr(api, "audit_protected_paths", None)
-            if opener is not None:
-                audit_handle = stack.enter_context(opener(ws, restore=restore))
-            out["restore"] = restore
+    with System(ws, sandbox=sandbox) as system:
+        if run.get("audit"):  # SandboxSettings(audit=True) asked for it; restore per profile
+            out["restore"] = bool(getattr(getattr(sandbox, "profile", None), "restore", False))
         timeout = run.get("timeout", 60.0)
         via = run.get("via", "run")
         if via == "spawn":  # the same confinement must hold for every entry point
@@ -106,8 +96,6 @@ def _sandboxed(run: dict[str, Any], workspace: Path) -> dict[str, Any]:
             for attr in ("denials", "audit", "tree_contained"):
                 if getattr(result, attr, None) is not None:
                     out[attr] = plain(getattr(result, attr))
-    if audit_handle is not None and "audit" not in out:
-        out["audit"] = plain(audit_handle.report)
     return out
 
 

@@ -276,18 +276,23 @@ def audit_lists(run: dict[str, Any], paths: list[str]) -> list[str]:
     return [f"the audit does not report {p}" for p in paths if not covered(p)]
 
 
-def report_gap(report: Any, guarantee: str) -> list[str]:
-    """The sandbox's report must list *guarantee* as not enforced."""
-    if not isinstance(report, dict):
-        return [f"the run has no report() to check the gap {guarantee!r} against: {report!r}"]
+def expectation(case: dict[str, Any], backend: str, user: str) -> str:
+    """The case's expected outcome for *backend* (a ``backend/user`` entry wins)."""
+    expect: dict[str, str] = case["expect"]
+    return expect.get(f"{backend}/{user}", expect[backend])
+
+
+def report_gap(report: Any, guarantee: str) -> bool:
+    """Whether the sandbox's report declares *guarantee* not enforced.
+
+    Raises AssertionError when the report does not list the guarantee at all (a gap
+    can only be accepted if it is declared by name).
+    """
+    assert isinstance(report, dict), f"no report() to check the gap {guarantee!r} against"
     for g in report.get("guarantees", []):
         if g.get("name") == guarantee:
-            if g.get("enforced") is False:
-                return []
-            return [
-                f"report() claims {guarantee!r} is enforced ({g}) but the attack is not stopped"
-            ]
-    return [f"report() does not list the guarantee {guarantee!r}: {report.get('guarantees')}"]
+            return g.get("enforced") is False
+    raise AssertionError(f"report() does not list {guarantee!r}: {report.get('guarantees')}")
 
 
 EXPECTED_LAYERS = {"bwrap": {"bubblewrap", "seccomp"}, "landlock": {"landlock", "seccomp"}}

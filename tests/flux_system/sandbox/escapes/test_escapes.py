@@ -61,7 +61,7 @@ def test_attack_fails(lab: Lab, case: dict[str, Any], backend: str, user: str) -
     site = lab.site(backend, user)
     run = site.results[case["run"]]
     out = site.output(case["run"]).get(case["id"])
-    expect = case["expect"][backend]
+    expect = _judge.expectation(case, backend, user)
     control = (
         lab.site(None, user).output(case["run"]).get(case["id"])
         if case["judge"] == "families"
@@ -82,11 +82,20 @@ def test_attack_fails(lab: Lab, case: dict[str, Any], backend: str, user: str) -
         assert network == expect.removeprefix("fallback:"), f"{case['id']}: network {network!r}"
         return
     if expect.startswith("gap:"):
-        # This backend cannot stop the attack: then its report must say so.
-        gap = _judge.report_gap(run.get("report"), expect.removeprefix("gap:"))
-        assert not gap, f"{case['id']} under {backend} as {user}: {gap}"
-        return
-    assert expect == "blocked"
+        # A gap this backend may have: declared in the report (then only the steps the
+        # gap does not cover must fail), or else not there (then the case must hold).
+        declared = _judge.report_gap(run.get("report"), expect.removeprefix("gap:"))
+        if declared:
+            gap_ops = case.get("gap_ops", {}).get(backend)
+            if gap_ops is None:
+                return
+            problems = [
+                f"step {k!r} worked: {v}"
+                for k, v in (out.worked() if out else {}).items()
+                if k not in gap_ops
+            ]
+    else:
+        assert expect == "blocked", expect
     assert not problems, f"ESCAPE {case['id']} under {backend} as {user}: {problems}\n{out}"
 
 
