@@ -282,8 +282,8 @@ def expectation(case: dict[str, Any], backend: str, user: str) -> str:
     return expect.get(f"{backend}/{user}", expect[backend])
 
 
-def report_gap(report: Any, guarantee: str) -> bool:
-    """Whether the sandbox's report declares *guarantee* not enforced.
+def declared_gap(report: Any, guarantee: str) -> dict[str, Any] | None:
+    """The report's entry for *guarantee* when it is declared not enforced, else None.
 
     Raises AssertionError when the report does not list the guarantee at all (a gap
     can only be accepted if it is declared by name).
@@ -291,8 +291,33 @@ def report_gap(report: Any, guarantee: str) -> bool:
     assert isinstance(report, dict), f"no report() to check the gap {guarantee!r} against"
     for g in report.get("guarantees", []):
         if g.get("name") == guarantee:
-            return g.get("enforced") is False
+            return g if g.get("enforced") is False else None
     raise AssertionError(f"report() does not list {guarantee!r}: {report.get('guarantees')}")
+
+
+def gap_accepts(
+    case: dict[str, Any],
+    backend: str,
+    gap: dict[str, Any],
+    problems: list[str],
+    out: CaseOutput | None,
+) -> list[str]:
+    """What a declared *gap* does not excuse: the steps outside ``gap_ops``, and, when
+    the attack did get through, a reason that does not say what is exposed."""
+    if not problems:
+        return []
+    left: list[str] = []
+    gap_ops = case.get("gap_ops", {}).get(backend)
+    if gap_ops is not None:
+        worked = out.worked() if out else {}
+        left = [f"step {k!r} worked: {v}" for k, v in worked.items() if k not in gap_ops]
+    mentions = case.get("gap_mentions")
+    if mentions and mentions.lower() not in str(gap.get("reason", "")).lower():
+        left.append(
+            f"report() declares {gap['name']!r} not enforced, and the attack got through, "
+            f"but the reason does not name what is exposed ({mentions!r}): {gap.get('reason')!r}"
+        )
+    return left
 
 
 EXPECTED_LAYERS = {"bwrap": {"bubblewrap", "seccomp"}, "landlock": {"landlock", "seccomp"}}

@@ -82,18 +82,11 @@ def test_attack_fails(lab: Lab, case: dict[str, Any], backend: str, user: str) -
         assert network == expect.removeprefix("fallback:"), f"{case['id']}: network {network!r}"
         return
     if expect.startswith("gap:"):
-        # A gap this backend may have: declared in the report (then only the steps the
-        # gap does not cover must fail), or else not there (then the case must hold).
-        declared = _judge.report_gap(run.get("report"), expect.removeprefix("gap:"))
-        if declared:
-            gap_ops = case.get("gap_ops", {}).get(backend)
-            if gap_ops is None:
-                return
-            problems = [
-                f"step {k!r} worked: {v}"
-                for k, v in (out.worked() if out else {}).items()
-                if k not in gap_ops
-            ]
+        # A gap this backend may have. Declared in the report: it excuses the steps it
+        # covers, if the report says what is exposed. Not declared: the case must hold.
+        gap = _judge.declared_gap(run.get("report"), expect.removeprefix("gap:"))
+        if gap is not None:
+            problems = _judge.gap_accepts(case, backend, gap, problems, out)
     else:
         assert expect == "blocked", expect
     assert not problems, f"ESCAPE {case['id']} under {backend} as {user}: {problems}\n{out}"
