@@ -229,6 +229,9 @@ def host_checks(case: dict[str, Any], site: Any, run: dict[str, Any]) -> list[st
         elif name == "host-tmp-unchanged":
             if after["tmp_plant"]:
                 bad.append("a file was planted in the host's /tmp")
+        elif name == "no-host-mount":
+            if after["host_mount"]:
+                bad.append("a filesystem was mounted on the host at the workspace's mnt/")
         elif name == "host-shm-unchanged":
             if after["shm_plant"]:
                 bad.append("a file was planted in the host's /dev/shm")

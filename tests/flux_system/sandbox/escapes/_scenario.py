@@ -316,6 +316,7 @@ def execute(site: Site, lab: Any, backend: str | None) -> None:
         **{k: _host.snapshot(site.path_of(k)) for k in _SNAPSHOTS},
         "survivors": _host.processes_with(site.marker),
         "victims_alive": _host.alive_after_grace(site.victims),
+        "host_mount": os.path.ismount(site.ws / "mnt"),
         "tmp_plant": Path("/tmp", site.plant).exists(),
         "shm_plant": Path("/dev/shm", site.plant).exists(),
         "seen": {run: lab.recorder.seen(token) for run, token in site.wires.items()},
