@@ -18,6 +18,7 @@ import threading
 from collections.abc import Iterator
 from types import FrameType
 
+from flux_runtime.cli._sandbox_opts import SandboxRefused, add_sandbox_options, resolve_sandbox
 from flux_system import (
     FluxSystemError,
     ProcessReason,
@@ -53,8 +54,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description=(
             "Run ARGV with its cwd pinned beneath the workspace, an allow-listed\n"
             "environment, stdout/stderr captured (capped per stream) and then written\n"
-            "out, and its whole process tree killed when it ends. No OS sandbox yet:\n"
-            "the command itself can reach whatever its user can."
+            "out, and its whole process tree killed when it ends. Confined by the OS\n"
+            "sandbox (--sandbox require --profile default unless told otherwise; see\n"
+            "flux doctor)."
         ),
         epilog=EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -64,6 +66,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--timeout", type=float, default=None, help="wall-time limit, seconds (default: none)"
     )
     parser.add_argument("--cwd", default=".", help="workspace-relative working directory")
+    add_sandbox_options(parser)
     parser.add_argument("argv", nargs=argparse.REMAINDER, help="-- ARGV...")
     parser.set_defaults(func=run)
 
@@ -143,7 +146,12 @@ def _run(args: argparse.Namespace) -> int:
         print("flux exec: --workspace must be a non-empty path without NUL", file=sys.stderr)
         return EXIT_USAGE
     try:
-        with Workspace(args.workspace) as ws, System(ws) as system:
+        sandbox = resolve_sandbox(args)
+    except SandboxRefused as exc:
+        print(f"flux exec: {exc}", file=sys.stderr)
+        return EXIT_FLUX_ERROR
+    try:
+        with Workspace(args.workspace) as ws, System(ws, sandbox=sandbox) as system:
             result = system.run(argv, timeout=timeout, cwd=args.cwd)
     except ProcessTimeoutError as exc:
         _write(sys.stdout, exc.stdout)

@@ -13,7 +13,8 @@ checks the mounted object is the fd's), the extra paths, and the protected paths
 each existing one bound read-only by fd over itself after each of its parents is bound
 onto itself (a mount point cannot be renamed or removed, so ``mv .git .git-old`` fails
 with ``EBUSY``). Then ``--new-session``, ``--die-with-parent``, ``--cap-drop ALL``,
-``--disable-userns`` where bwrap has it, and the seccomp program by fd.
+``--disable-userns`` where bwrap has it, the seccomp program by fd, and ``--info-fd``
+(bwrap's init outlives bwrap: :mod:`._bwrap_init` reaps it).
 
 Guarantee: bwrap's own argv is ``bwrap --args N -- COMMAND...`` and its environment is
 empty; the child's environment is never on a command line.
@@ -91,6 +92,7 @@ def command_line(
     unshare_net: bool,
     disable_userns: bool,
     seccomp_fd: int | None,
+    info_fd: int | None,
     cwd: str,
     env: Mapping[str, str],
 ) -> tuple[list[str], list[int]]:
@@ -105,7 +107,7 @@ def command_line(
     opts += ["--unshare-cgroup-try"]
     if unshare_net:
         opts.append("--unshare-net")
-    opts += ["--hostname", "flux-sandbox", "--new-session", "--die-with-parent", "--as-pid-1"]
+    opts += ["--hostname", "flux-sandbox", "--new-session", "--die-with-parent"]
     opts += ["--cap-drop", "ALL"]
     if disable_userns:
         opts.append("--disable-userns")
@@ -137,6 +139,9 @@ def command_line(
     if seccomp_fd is not None:
         opts += ["--seccomp", str(seccomp_fd)]
         fds.append(seccomp_fd)
+    if info_fd is not None:
+        opts += ["--info-fd", str(info_fd)]
+        fds.append(info_fd)
     opts += ["--chdir", cwd, "--clearenv"]
     for key, value in env.items():
         opts += ["--setenv", key, value]

@@ -12,8 +12,10 @@ import contextlib
 import json
 import os
 import pwd
+import stat
 import typing
-from collections.abc import Mapping
+import weakref
+from collections.abc import Callable, Mapping
 
 import flux_system.sandbox._bwrap as _bwrap
 from flux_system._exceptions import (
@@ -24,6 +26,7 @@ from flux_system._exceptions import (
 )
 from flux_system.process import Limits
 from flux_system.process._confine import Denials, Launch
+from flux_system.sandbox._bwrap_init import reap_init, start_time
 from flux_system.sandbox._extras import RunExtras
 from flux_system.sandbox._protected import BUILTIN_PROTECTED, Found, find_protected
 
@@ -210,6 +213,7 @@ class BwrapConfinement:
                 target=argv[0],
                 reason=ProcessReason.NOT_FOUND,
             )
+        _check_executable(exe, argv[0])
         child_env = dict(env)
         home = self._home(child_env)
         child_env["HOME"] = home
@@ -217,6 +221,7 @@ class BwrapConfinement:
             child_env["TMPDIR"] = "/tmp"
         owned: list[int] = []
         extras: RunExtras | None = None
+        info: _InitInfo | None = None
         launch = Launch(argv=(), executable=self._bwrap, env={}, owned_fds=owned)
         try:
             found: list[tuple[str, Found]] = []
@@ -233,7 +238,11 @@ class BwrapConfinement:
                 seccomp_fd = os.open(f"/proc/self/fd/{memfd}", os.O_RDONLY | os.O_CLOEXEC)
                 owned.append(seccomp_fd)
             extras = RunExtras(self._sandbox, self._writable, self._protected)
-            launch.finish = lambda code: extras.finish(self._unobserved)
+            info_r, info_w = os.pipe2(os.O_CLOEXEC)
+            owned.append(info_w)
+            info = _InitInfo(info_r)
+            launch.started = info.started
+            launch.finish = _finisher(info, extras, self._unobserved)
             if extras.proxy is not None:
                 child_env.update(extras.proxy.env)
             command = [exe, *argv[1:]]
@@ -258,6 +267,7 @@ class BwrapConfinement:
                 unshare_net=self._net,
                 disable_userns=self._disable_userns,
                 seccomp_fd=seccomp_fd,
+                info_fd=info_w,
                 cwd=cwd,
                 env=child_env,
             )
@@ -271,6 +281,8 @@ class BwrapConfinement:
             owned.append(args_fd)
         except OSError as exc:
             launch.close_fds()
+            if info is not None:
+                info.close()
             if extras is not None:
                 extras.abort()
             raise SpawnError(
@@ -281,12 +293,78 @@ class BwrapConfinement:
             ) from exc
         except BaseException:
             launch.close_fds()
+            if info is not None:
+                info.close()
             if extras is not None:
                 extras.abort()
             raise
         launch.argv = (self._bwrap, "--args", str(args_fd), "--", *command)
         launch.pass_fds = (args_fd, *fds)
         return launch
+
+
+@typing.final
+class _InitInfo:
+    """The read end of bwrap's ``--info-fd`` for one run; reaps bwrap's init after it."""
+
+    __slots__ = ("__weakref__", "_fd", "_final", "_leader_start")
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._leader_start: int | None = None
+        # A launch that never reaches finish (the spawn failed after the fork) still
+        # closes it; detached on close(), so a reused fd number is never closed.
+        self._final = weakref.finalize(self, _close_quietly, fd)
+
+    def started(self, pid: int) -> None:
+        self._leader_start = start_time(pid)
+
+    def reap(self) -> None:
+        if self._fd >= 0:
+            reap_init(self._fd, self._leader_start)
+            self.close()
+
+    def close(self) -> None:
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            self._final.detach()
+            _close_quietly(fd)
+
+
+def _check_executable(exe: str, target: str) -> None:
+    """What exec would say, said before bwrap runs (inside, a failed exec is bwrap's exit 1).
+
+    Only for the error's reason: the exec inside still decides (the file may change).
+    """
+    try:
+        st = os.stat(exe)
+    except FileNotFoundError:
+        reason = ProcessReason.NOT_FOUND
+    except OSError:
+        reason = ProcessReason.NOT_EXECUTABLE
+    else:
+        if stat.S_ISREG(st.st_mode) and os.access(exe, os.X_OK):
+            return
+        reason = ProcessReason.NOT_EXECUTABLE
+    raise SpawnError(
+        "not found" if reason is ProcessReason.NOT_FOUND else "not executable",
+        op="run",
+        target=target,
+        reason=reason,
+    )
+
+
+def _finisher(info: _InitInfo, extras: RunExtras, base: Denials) -> Callable[[int], Denials]:
+    def finish(code: int) -> Denials:
+        info.reap()  # first: the init must be gone before the audit looks
+        return extras.finish(base)
+
+    return finish
+
+
+def _close_quietly(fd: int) -> None:
+    with contextlib.suppress(OSError):
+        os.close(fd)
 
 
 def limits_of(profile: typing.Any) -> Limits | None:

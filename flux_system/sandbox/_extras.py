@@ -6,12 +6,13 @@ refusals returned as denial records). With ``audit`` set, the protected paths ar
 snapshot before the run and compared after it (restored when the profile says so),
 each difference a denial record of layer ``protected_paths``.
 
-Guarantee: whatever is started here is ended by :meth:`RunExtras.finish` (a
-``run``/``arun``) or :meth:`RunExtras.abort` (the launch failed); a proxy whose run
-never reaches ``finish`` (``spawn``) closes itself when the sandbox's processes are
-gone (its lifeline) or, if the run never started, after its deadline.
-Not guaranteed: an audit of ``spawn`` children (a background child has no result to
-carry the records; use ``audit_protected_paths`` around it).
+Guarantee: whatever is started here is ended by :meth:`RunExtras.finish` (called
+once the run's tree was reaped: ``run``, ``arun`` and ``spawn`` alike) or
+:meth:`RunExtras.abort` (the launch failed); a proxy whose launch failed after the
+fork closes itself when the sandbox's processes are gone (its lifeline) or, if the run
+never started, after its deadline.
+Not guaranteed: the audit's view of changes made by *another* run in the same
+workspace at the same time (each run compares its own before and after).
 """
 
 from __future__ import annotations

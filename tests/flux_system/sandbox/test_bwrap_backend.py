@@ -136,9 +136,28 @@ def test_env_never_on_bwraps_command_line(system: System) -> None:
     assert r.stdout_text == "v\n"  # the child itself gets its environment
 
 
-def test_bwrap_is_not_visible_inside(system: System) -> None:
-    r = system.run(["/bin/sh", "-c", "tr '\\0' ' ' < /proc/1/cmdline"])
-    assert r.stdout_text.startswith("/bin/sh -c")  # the command is pid 1 (--as-pid-1)
+def test_pid_1_is_bwraps_init_with_an_empty_environment(system: System) -> None:
+    r = system.run(
+        ["/bin/sh", "-c", "tr '\\0' ' ' < /proc/1/cmdline; echo; wc -c < /proc/1/environ"],
+        env={"FLUX_PROBE": "s3cr3t"},
+    )
+    cmdline, size = r.stdout_text.strip().split("\n")
+    assert cmdline.startswith("/usr/bin/bwrap --args ")
+    assert "s3cr3t" not in cmdline and size.strip() == "0"
+
+
+def test_the_command_keeps_its_signal_semantics(system: System) -> None:
+    """Regression: with --as-pid-1 the command was init and ignored its own SIGTERM."""
+    r = system.run(["/bin/sh", "-c", "kill -TERM $$; echo survived"])
+    assert r.stdout_text == ""
+    assert r.exit_code == 128 + 15  # bwrap passes a signal death on as 128+N
+
+
+def test_no_zombie_is_left_by_bwraps_init(system: System) -> None:
+    """Regression: bwrap's init outlives bwrap; an adopted zombie was left per run."""
+    for _ in range(5):
+        system.run(["/bin/sh", "-c", "sleep 0.05 & setsid sleep 0.05 & echo"])
+    assert psutil.Process().children(recursive=True) == []
 
 
 def test_no_inherited_fds(system: System) -> None:

@@ -59,10 +59,10 @@ def test_default_does_not_apply_landlock(tmp_path: Path) -> None:
     assert out.strip() == "bound"  # in its own empty netns: harmless, but not Landlocked
 
 
-def test_strict_pid_1_is_the_command(strict: Sandbox, tmp_path: Path) -> None:
+def test_strict_launcher_execs_the_command(strict: Sandbox, tmp_path: Path) -> None:
     with Workspace(tmp_path) as ws, System(ws, sandbox=strict) as system:
-        r = system.run(["/bin/sh", "-c", "tr '\\0' ' ' < /proc/1/cmdline"])
-    assert r.stdout_text.startswith("/bin/sh -c")
+        r = system.run(["/bin/sh", "-c", "tr '\\0' ' ' < /proc/$$/cmdline"])
+    assert r.stdout_text.startswith("/bin/sh -c")  # the launcher is gone (exec)
 
 
 @pytest.fixture(scope="module")

@@ -83,8 +83,8 @@ def test_default_as_unprivileged(results: dict[str, object]) -> None:
     assert got["missing"] == []
     assert got["exit"] == 0
     assert got["stdout"][:3] == ["CapEff: 0000000000000000", "NoNewPrivs: 1", "Seccomp: 2"]
-    # /proc lists only the sandbox's own processes: sh (pid 1), ls and grep
-    assert got["stdout"][3:] == ["65534", "wrote", "secret-denied", "t", "3"]
+    # /proc lists only the sandbox's own processes: bwrap's init, sh, ls and grep
+    assert got["stdout"][3:] == ["65534", "wrote", "secret-denied", "t", "4"]
     assert got["wrote"] is True
     assert got["observable"] is False
 
@@ -94,7 +94,7 @@ def test_strict_as_unprivileged(results: dict[str, object]) -> None:
     assert isinstance(got, dict)
     assert got["layers"] == ["bubblewrap", "landlock", "seccomp"]
     assert got["exit"] == 0
-    assert got["stdout"][3:] == ["65534", "wrote", "secret-denied", "t", "3"]
+    assert got["stdout"][3:] == ["65534", "wrote", "secret-denied", "t", "4"]
 
 
 def test_landlock_only_as_unprivileged(results: dict[str, object]) -> None:
