@@ -104,6 +104,7 @@ def _control(run: dict[str, Any], workspace: Path, secret_env: dict[str, str]) -
         run["argv"],
         cwd=workspace,
         env={**_CONTROL_ENV, **secret_env},  # the control's parent holds the secret in its env
+        stdin=subprocess.DEVNULL,  # never a terminal: TIOCSTI runs unsandboxed here
         capture_output=True,
         timeout=run.get("timeout", 60.0),
         close_fds=False,  # the positive control of the fd-leak case: inheritable fds pass
