@@ -15,6 +15,9 @@
  *   {"case":"...","ops":{"op":"ok"|"EPERM"|"killed:31"|"timeout",...},"info":{...}}
  * "ok" means the step did what the attack wanted; anything else names how it failed.
  * The harness decides what counts as an escape (and checks the host side too).
+ *
+ * One file on purpose (over the usual module size): one static binary carries every
+ * attack, so each sandboxed run execs a single payload, whatever the case mix.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
