@@ -46,10 +46,13 @@ def _bare_bwrap(system: System) -> Callable[[], object]:
     args_fd = int(launch.argv[2])
     data = os.pread(args_fd, 1 << 20, 0)
     opts = data.split(b"\0")[:-1]
+    if b"--info-fd" in opts:  # plain bwrap use: nobody asks for its init's pid
+        at = opts.index(b"--info-fd")
+        del opts[at : at + 2]
     seccomp_at = opts.index(b"--seccomp") + 1
     seccomp_src = int(opts[seccomp_at])
     seccomp_copy = os.dup(seccomp_src)  # the memfd behind it, kept for the baseline
-    keep = [fd for fd in launch.pass_fds if fd not in (args_fd, seccomp_src)]
+    keep = [fd for fd in launch.pass_fds if fd not in (args_fd, seccomp_src, *launch.owned_fds)]
     launch.close_fds()
     bwrap = launch.executable
     command = list(launch.argv[4:])
@@ -113,6 +116,18 @@ def main() -> None:
                     f"{got['baseline_s'] * 1e3:.2f} ms, ratio {got['ratio']:.2f}x{target}"
                 )
                 figures[f"{name}_vs_bare_bwrap"] = got
+            proc = side_by_side(
+                lambda: plain.run(["/bin/true"]),
+                lambda: subprocess.run(["/bin/true"], capture_output=True, check=False),
+                number=10,
+                rounds=15,
+            )
+            print(
+                f"(process layer alone: System.run {proc['candidate_s'] * 1e3:.2f} ms, "
+                f"subprocess.run {proc['baseline_s'] * 1e3:.2f} ms, ratio {proc['ratio']:.2f}x:"
+                " the per-tree cgroup and drain that the bare bwrap baseline lacks)"
+            )
+            figures["process_layer_vs_subprocess"] = proc
             ll = side_by_side(
                 lambda: systems["landlock"].run(["/bin/true"]),
                 lambda: plain.run(["/bin/true"]),

@@ -16,9 +16,15 @@ import argparse
 import os
 
 from flux_system import FluxSystemError
-from flux_system.sandbox import Sandbox, SandboxReport, SandboxSettings
+from flux_system.sandbox import Denials, Sandbox, SandboxReport, SandboxSettings
 
-__all__ = ["SandboxRefused", "add_sandbox_options", "report_fields", "resolve_sandbox"]
+__all__ = [
+    "SandboxRefused",
+    "add_sandbox_options",
+    "report_fields",
+    "resolve_sandbox",
+    "sandbox_section",
+]
 
 
 class SandboxRefused(Exception):
@@ -88,3 +94,24 @@ def report_fields(report: SandboxReport) -> dict[str, object]:
         "missing": data["missing"],
         "guarantees": data["guarantees"],
     }
+
+
+def sandbox_section(sandbox: Sandbox, denials: Denials | None) -> dict[str, object]:
+    """``--report``'s ``sandbox`` object: the layers and guarantees, and the denials.
+
+    Records name a layer, a syscall / host:port / workspace path and an errno: never an
+    argument, a URL path or query, or an environment value.
+    """
+    out = report_fields(sandbox.report())
+    if denials is None:
+        out["denials"] = None
+    else:
+        out["denials"] = {
+            "observable": denials.observable,
+            "reason": denials.reason,
+            "records": [
+                {"layer": d.layer, "what": d.what, "errno": d.errno, "detail": d.detail}
+                for d in denials.records
+            ],
+        }
+    return out

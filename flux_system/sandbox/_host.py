@@ -103,19 +103,25 @@ def find_bwrap() -> tuple[str | None, str]:
     return None, "none"
 
 
+_BINARY_VERSION = re.compile(rb"bubblewrap (\d+(?:\.\d+)+)\0")
+
+
 def _scan_binary(path: str) -> tuple[str | None, bool]:
+    """The version and whether ``--disable-userns`` exists, read from the binary itself
+    (its usage text and ``--version`` string): no process for that."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None, False
     try:
         data = os.read(fd, _MAX_BWRAP_BYTES)
+    except OSError:
+        return None, False
     finally:
         os.close(fd)
-    return None, b"--disable-userns\0" in data
-
-
-_VERSION = re.compile(r"bubblewrap (\d+(?:\.\d+)+)")
+    match = _BINARY_VERSION.search(data)
+    version = match.group(1).decode("ascii") if match else None
+    return version, b"--disable-userns\0" in data
 
 
 def _trial(path: str) -> tuple[str | None, bool, str]:
@@ -131,12 +137,7 @@ def _trial(path: str) -> tuple[str | None, bool, str]:
         Workspace(tmp) as ws,
         System(ws, env_allowlist=()) as system,
     ):
-        try:
-            got = system.run([path, "--version"], timeout=10.0)
-        except Exception as exc:
-            return None, False, f"bwrap could not be started: {exc}"
-        match = _VERSION.search(got.stdout_text)
-        version = match.group(1) if match else None
+        version = None
         argv = [path, "--unshare-all", "--die-with-parent", "--new-session", "--as-pid-1"]
         for d in ("/usr", "/bin", "/lib", "/lib64"):
             if os.path.islink(d):
@@ -163,16 +164,16 @@ def _bwrap_info(trial: bool) -> BwrapInfo:
     path, origin = find_bwrap()
     if path is None:
         return BwrapInfo(None, None, False, False, "bwrap not found (install bubblewrap)", origin)
-    _, disable_userns = _scan_binary(path)
+    scanned, disable_userns = _scan_binary(path)
     if not trial:
-        return BwrapInfo(path, None, disable_userns, True, "not tried", origin)
+        return BwrapInfo(path, scanned, disable_userns, True, "not tried", origin)
     key = (os.geteuid(), path)
     with _lock:
         hit = _cache.get(key)
     if hit is not None:
         return hit
-    version, ok, why = _trial(path)
-    info = BwrapInfo(path, version, disable_userns, ok, why, origin)
+    _, ok, why = _trial(path)
+    info = BwrapInfo(path, scanned, disable_userns, ok, why, origin)
     with _lock:
         _cache[key] = info
     return info

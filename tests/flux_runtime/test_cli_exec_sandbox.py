@@ -144,3 +144,37 @@ def test_signal_to_flux_kills_the_sandboxed_tree(tmp_path: Path) -> None:
         if flux.poll() is None:
             flux.kill()
             flux.wait()
+
+
+def test_report_has_layers_and_denials(tmp_path: Path) -> None:
+    require_landlock()
+    import json
+
+    report = tmp_path / "r.json"
+    code = "import socket\ntry:\n socket.socket(17, 3)\nexcept OSError as e: print(e.errno)\n"
+    rc = _exec(
+        tmp_path,
+        "--sandbox",
+        "on",
+        "--backend",
+        "landlock",
+        "--report",
+        str(report),
+        "--",
+        "/usr/bin/python3",
+        "-I",
+        "-S",
+        "-c",
+        code,
+    )
+    assert rc == 0
+    sandbox = json.loads(report.read_text())["sandbox"]
+    assert sandbox["backend"] == "landlock"
+    assert sandbox["active_layers"] == ["landlock", "seccomp"]
+    assert sandbox["missing"] == ["bubblewrap"]
+    assert sandbox["denials"]["observable"] is True
+    assert sandbox["denials"]["records"] == [
+        {"layer": "seccomp", "what": "socket", "errno": 97, "detail": "family=17"}
+    ]
+    names = {g["name"]: g["enforced"] for g in sandbox["guarantees"]}
+    assert names["pid_namespace"] is False and names["seccomp"] is True
