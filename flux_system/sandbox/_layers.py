@@ -249,7 +249,8 @@ def report_of(
                     else (
                         "no network namespace: TCP bind/connect denied by Landlock"
                         + (f" (ABI {abi})" if abi >= 4 else " needs ABI 4")
-                        + ", inet sockets refused by seccomp; UDP covered only by seccomp"
+                        + ", inet sockets (so UDP too) refused by seccomp with network none;"
+                        " pathname unix sockets to host listeners are not confined"
                     )
                 )
             ),
