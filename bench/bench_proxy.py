@@ -95,8 +95,13 @@ def _process(code: str, *args: str) -> Iterator[str]:
         assert proc.stdout is not None
         yield proc.stdout.readline().strip()
     finally:
-        proc.kill()
-        proc.wait()
+        assert proc.stdin is not None
+        proc.stdin.close()  # the proxy script then leaves its with-block: socket removed
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:  # the server and forwarder never read stdin
+            proc.kill()
+            proc.wait()
 
 
 def _get(conn: http.client.HTTPConnection, target: str, close: bool) -> None:
