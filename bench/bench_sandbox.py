@@ -30,11 +30,12 @@ from bench._common import record, side_by_side
 from flux_system import System, Workspace
 from flux_system.sandbox import Sandbox, SandboxSettings
 from flux_system.sandbox._bwrap import memfd_with
+from flux_system.sandbox._bwrap_init import reap_init
 
 REPO = Path(__file__).resolve().parent.parent
 
 
-def _bare_bwrap(system: System) -> Callable[[], object]:
+def _bare_bwrap(system: System, *, wait_init: bool = False) -> Callable[[], object]:
     """``subprocess.run`` of the bwrap command line the backend builds for /bin/true."""
     confine = system._confine
     assert confine is not None
@@ -49,6 +50,9 @@ def _bare_bwrap(system: System) -> Callable[[], object]:
     if b"--info-fd" in opts:  # plain bwrap use: nobody asks for its init's pid
         at = opts.index(b"--info-fd")
         del opts[at : at + 2]
+    if wait_init:  # and this variant waits for the init's exit, as System does
+        opts += [b"--info-fd", b"-1"]
+        info_at = len(opts) - 1
     seccomp_at = opts.index(b"--seccomp") + 1
     seccomp_src = int(opts[seccomp_at])
     seccomp_copy = os.dup(seccomp_src)  # the memfd behind it, kept for the baseline
@@ -60,18 +64,32 @@ def _bare_bwrap(system: System) -> Callable[[], object]:
     def run() -> object:
         sfd = os.open(f"/proc/self/fd/{seccomp_copy}", os.O_RDONLY | os.O_CLOEXEC)
         opts[seccomp_at] = str(sfd).encode()
+        extra: tuple[int, ...] = ()
+        ir = iw = -1
+        if wait_init:
+            ir, iw = os.pipe2(os.O_CLOEXEC)
+            opts[info_at] = str(iw).encode()
+            extra = (iw,)
         afd = memfd_with("bench-args", b"".join(o + b"\0" for o in opts))
         try:
-            return subprocess.run(
+            done = subprocess.run(
                 [bwrap, "--args", str(afd), "--", *command],
                 capture_output=True,  # the same two pipes as System.run
                 env={},
-                pass_fds=(afd, sfd, *keep),
+                pass_fds=(afd, sfd, *keep, *extra),
                 check=True,
             )
+            if wait_init:
+                os.close(iw)
+                iw = -1
+                reap_init(ir, None)
+            return done
         finally:
             os.close(afd)
             os.close(sfd)
+            for fd in (ir, iw):
+                if fd >= 0:
+                    os.close(fd)
 
     return run
 
@@ -116,6 +134,16 @@ def main() -> None:
                     f"{got['baseline_s'] * 1e3:.2f} ms, ratio {got['ratio']:.2f}x{target}"
                 )
                 figures[f"{name}_vs_bare_bwrap"] = got
+            bare_wait = _bare_bwrap(systems["default"], wait_init=True)
+            got = side_by_side(
+                lambda: systems["default"].run(["/bin/true"]), bare_wait, number=5, rounds=15
+            )
+            print(
+                f"default vs bare bwrap that also waits for its init's exit (the sandbox's "
+                f"teardown, as System does): {got['candidate_s'] * 1e3:.2f} vs "
+                f"{got['baseline_s'] * 1e3:.2f} ms, ratio {got['ratio']:.2f}x"
+            )
+            figures["default_vs_bare_bwrap_waiting_for_init"] = got
             proc = side_by_side(
                 lambda: plain.run(["/bin/true"]),
                 lambda: subprocess.run(["/bin/true"], capture_output=True, check=False),

@@ -85,7 +85,14 @@ class Spawned:
         """After the reap: let the sandbox conclude the run (proxy, audit, denials)."""
         launch = self.launch
         if launch is not None and launch.finish is not None and self.denials is None:
-            self.denials = launch.finish(code)
+            try:
+                self.denials = launch.finish(code)
+            except Exception as exc:  # never lose the result for a report: say it failed
+                self.denials = Denials(
+                    (),
+                    observable=False,
+                    reason=f"the sandbox's post-run step failed ({type(exc).__name__})",
+                )
 
     def close_fds(self) -> None:
         for fd in (self.stdin_fd, self.stdin_probe, self.stdout_fd, self.stderr_fd, self.pidfd):

@@ -125,7 +125,7 @@ def _scan_binary(path: str) -> tuple[str | None, bool]:
 
 
 def _trial(path: str) -> tuple[str | None, bool, str]:
-    """Run ``bwrap --version`` and a real ``true`` in fresh namespaces (spawn builder)."""
+    """Run a real ``true`` in fresh namespaces with *path* (through the spawn builder)."""
     from flux_system.process import System
     from flux_system.workspace import Workspace
 

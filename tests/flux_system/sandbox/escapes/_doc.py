@@ -24,12 +24,25 @@ def _cell(case: dict[str, Any], backend: str) -> str:
         who = ", ".join(sorted(k.partition("/")[2] or "all users" for k in hits))
         return f"**escapes** ({who}; open finding: {'; '.join(sorted(set(hits.values())))})"
     expect = str(case["expect"][backend])
+    overrides = {
+        k.partition("/")[2]: e for k, e in case["expect"].items() if k.startswith(backend + "/")
+    }
+    if overrides:
+        base = _describe(case, expect)
+        extra = "; ".join(f"as {u}: {_describe(case, e)}" for u, e in sorted(overrides.items()))
+        return f"{base}; {extra}"
+    return _describe(case, expect)
+
+
+def _describe(case: dict[str, Any], expect: str) -> str:
     if expect == "blocked":
         return "stopped" if case["judge"] != "must-work" else "works (as it must)"
     if expect.startswith("fallback:"):
         return f"n/a: falls back to network {expect.removeprefix('fallback:')} (reported)"
     guarantee = expect.removeprefix("gap:")
-    return f"not stopped; reported: `{guarantee}` not enforced"
+    ops = case.get("gap_ops", {})
+    which = f" ({', '.join(next(iter(ops.values())))})" if ops else ""
+    return f"stopped, or not stopped{which} where the report declares `{guarantee}` not enforced"
 
 
 def table() -> str:

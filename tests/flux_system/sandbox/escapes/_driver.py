@@ -14,6 +14,7 @@ for a run with a ``marker`` the pids still carrying it right after the run retur
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import enum
@@ -26,6 +27,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+_JOIN_SLACK_S = 30.0  # hang guard past a spawned child's own timeout
 _CONTROL_ENV = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "LANG": "C.UTF-8"}
 
 
@@ -61,36 +63,39 @@ def make_sandbox(settings: dict[str, Any]) -> Any:
 
 
 def _sandboxed(run: dict[str, Any], workspace: Path) -> dict[str, Any]:
-    import importlib
-
     from flux_system import System, Workspace
 
-    api = importlib.import_module("flux_system.sandbox")
     out: dict[str, Any] = {"workspace": str(workspace)}
     sandbox = make_sandbox(run["settings"])
     out["report"] = plain(sandbox.report())
     out["backend"] = getattr(sandbox, "backend", None)
     ws = Workspace(workspace)
-    with contextlib.ExitStack() as stack:
-        system = stack.enter_context(System(ws, sandbox=sandbox))
-        audit_handle = None
-        if run.get("audit"):
-            # The explicit opt-in around the run (the result may carry its own too).
-            restore = bool(getattr(getattr(sandbox, "profile", None), "restore", False))
-            opener = getattr(api, "audit_protected_paths", None)
-            if opener is not None:
-                audit_handle = stack.enter_context(opener(ws, restore=restore))
-            out["restore"] = restore
-        result = system.run(run["argv"], timeout=run.get("timeout", 60.0))
-        out["survivors"] = _survivors(run)
-        out["exit_code"] = result.exit_code
-        out["stdout"] = result.stdout.decode("utf-8", "replace")
-        out["stderr"] = result.stderr.decode("utf-8", "replace")
-        for attr in ("denials", "audit", "tree_contained"):
-            if getattr(result, attr, None) is not None:
-                out[attr] = plain(getattr(result, attr))
-    if audit_handle is not None and "audit" not in out:
-        out["audit"] = plain(audit_handle.report)
+    with System(ws, sandbox=sandbox) as system:
+        if run.get("audit"):  # SandboxSettings(audit=True) asked for it; restore per profile
+            out["restore"] = bool(getattr(getattr(sandbox, "profile", None), "restore", False))
+        timeout = run.get("timeout", 60.0)
+        via = run.get("via", "run")
+        if via == "spawn":  # the same confinement must hold for every entry point
+            child = system.spawn(run["argv"], timeout=timeout)
+            assert child.join(timeout + _JOIN_SLACK_S), "spawned child did not end"
+            output = child.read_output()
+            out["survivors"] = _survivors(run)
+            out["exit_code"] = child.status().exit_code
+            out["stdout"] = output.stdout.decode("utf-8", "replace")
+            out["stderr"] = output.stderr.decode("utf-8", "replace")
+            out["denials"] = plain(child.denials)
+        else:
+            if via == "arun":
+                result = asyncio.run(system.arun(run["argv"], timeout=timeout))
+            else:
+                result = system.run(run["argv"], timeout=timeout)
+            out["survivors"] = _survivors(run)
+            out["exit_code"] = result.exit_code
+            out["stdout"] = result.stdout.decode("utf-8", "replace")
+            out["stderr"] = result.stderr.decode("utf-8", "replace")
+            for attr in ("denials", "audit", "tree_contained"):
+                if getattr(result, attr, None) is not None:
+                    out[attr] = plain(getattr(result, attr))
     return out
 
 
@@ -99,6 +104,7 @@ def _control(run: dict[str, Any], workspace: Path, secret_env: dict[str, str]) -
         run["argv"],
         cwd=workspace,
         env={**_CONTROL_ENV, **secret_env},  # the control's parent holds the secret in its env
+        stdin=subprocess.DEVNULL,  # never a terminal: TIOCSTI runs unsandboxed here
         capture_output=True,
         timeout=run.get("timeout", 60.0),
         close_fds=False,  # the positive control of the fd-leak case: inheritable fds pass

@@ -46,7 +46,8 @@ PROTECTED_PREFIXES = (
 _EMPTY_CAPS = "0000000000000000"
 
 
-def _attack_ops(case: dict[str, Any], out: CaseOutput) -> list[str] | None:
+def _attack_ops(case: dict[str, Any]) -> list[str] | None:
+    """The steps that count as the attack: the listed ones (judge ``ops``) or all."""
     return case.get("ops") if case["judge"] == "ops" else None
 
 
@@ -60,7 +61,7 @@ def sandboxed(
         return [f"the case process died (signal/status {out.info['died']}): {out.ops}"]
     judge = case["judge"]
     if judge in ("any-op", "ops"):
-        worked = out.worked(_attack_ops(case, out))
+        worked = out.worked(_attack_ops(case))
         return [f"step {k!r} worked: {v}" for k, v in worked.items()]
     if judge == "families":
         assert control is not None
@@ -228,6 +229,9 @@ def host_checks(case: dict[str, Any], site: Any, run: dict[str, Any]) -> list[st
         elif name == "host-tmp-unchanged":
             if after["tmp_plant"]:
                 bad.append("a file was planted in the host's /tmp")
+        elif name == "no-host-mount":
+            if after["host_mount"]:
+                bad.append("a filesystem was mounted on the host at the workspace's mnt/")
         elif name == "host-shm-unchanged":
             if after["shm_plant"]:
                 bad.append("a file was planted in the host's /dev/shm")
@@ -275,18 +279,48 @@ def audit_lists(run: dict[str, Any], paths: list[str]) -> list[str]:
     return [f"the audit does not report {p}" for p in paths if not covered(p)]
 
 
-def report_gap(report: Any, guarantee: str) -> list[str]:
-    """The sandbox's report must list *guarantee* as not enforced."""
-    if not isinstance(report, dict):
-        return [f"the run has no report() to check the gap {guarantee!r} against: {report!r}"]
+def expectation(case: dict[str, Any], backend: str, user: str) -> str:
+    """The case's expected outcome for *backend* (a ``backend/user`` entry wins)."""
+    expect: dict[str, str] = case["expect"]
+    return expect.get(f"{backend}/{user}", expect[backend])
+
+
+def declared_gap(report: Any, guarantee: str) -> dict[str, Any] | None:
+    """The report's entry for *guarantee* when it is declared not enforced, else None.
+
+    Raises AssertionError when the report does not list the guarantee at all (a gap
+    can only be accepted if it is declared by name).
+    """
+    assert isinstance(report, dict), f"no report() to check the gap {guarantee!r} against"
     for g in report.get("guarantees", []):
         if g.get("name") == guarantee:
-            if g.get("enforced") is False:
-                return []
-            return [
-                f"report() claims {guarantee!r} is enforced ({g}) but the attack is not stopped"
-            ]
-    return [f"report() does not list the guarantee {guarantee!r}: {report.get('guarantees')}"]
+            return g if g.get("enforced") is False else None
+    raise AssertionError(f"report() does not list {guarantee!r}: {report.get('guarantees')}")
+
+
+def gap_accepts(
+    case: dict[str, Any],
+    backend: str,
+    gap: dict[str, Any],
+    problems: list[str],
+    out: CaseOutput | None,
+) -> list[str]:
+    """What a declared *gap* does not excuse: the steps outside ``gap_ops``, and, when
+    the attack did get through, a reason that does not say what is exposed."""
+    if not problems:
+        return []
+    left: list[str] = []
+    gap_ops = case.get("gap_ops", {}).get(backend)
+    if gap_ops is not None:
+        worked = out.worked() if out else {}
+        left = [f"step {k!r} worked: {v}" for k, v in worked.items() if k not in gap_ops]
+    mentions = case.get("gap_mentions")
+    if mentions and mentions.lower() not in str(gap.get("reason", "")).lower():
+        left.append(
+            f"report() declares {gap['name']!r} not enforced, and the attack got through, "
+            f"but the reason does not name what is exposed ({mentions!r}): {gap.get('reason')!r}"
+        )
+    return left
 
 
 EXPECTED_LAYERS = {"bwrap": {"bubblewrap", "seccomp"}, "landlock": {"landlock", "seccomp"}}

@@ -32,7 +32,19 @@ RUN_TIMEOUT_S = 90.0  # hang guard for one sandboxed run
 
 # Canary directories outside the workspace (world-writable, canary files inside): one
 # per write case, so the host can tell which attack changed what.
-CANARY_DIRS = ("outside", "ws-evil", "linked", "procroot", "home", "roroot", "devshm")
+CANARY_DIRS = (
+    "outside",
+    "ws-evil",
+    "linked",
+    "procroot",
+    "home",
+    "roroot",
+    "meta",
+    "rometa",
+    "via-spawn",
+    "via-arun",
+    "devshm",
+)
 _SNAPSHOTS = (*CANARY_DIRS, "wsp")
 
 # The protected-paths workspace: existing files (the rest are created by the attack).
@@ -200,6 +212,10 @@ def fill(template: str, site: Site, lab: Any, run: str) -> str:
         "ws": str(site.ws),
         "evil": str(site.root / "ws-evil"),
         "roroot": str(site.root / "roroot"),
+        "meta": str(site.root / "meta"),
+        "rometa": str(site.root / "rometa"),
+        "via_spawn": str(site.root / "via-spawn"),
+        "via_arun": str(site.root / "via-arun"),
         "metadata_name": site.metadata_name,
         "procroot": f"/proc/{site.victims['victim'].pid}/root{site.root / 'procroot'}",
         "shm": str(site.shm_dir),
@@ -246,7 +262,7 @@ def plan_for(site: Site, lab: Any, backend: str | None) -> dict[str, Any]:
                 else settings_for(backend, network)
             )
             if name == "batch":
-                r["settings"]["read_only"] = [str(site.root / "roroot")]
+                r["settings"]["read_only"] = [str(site.root / k) for k in ("roroot", "rometa")]
             if name == "protected":
                 r["settings"]["audit"] = True
         r.update(extra)
@@ -257,8 +273,12 @@ def plan_for(site: Site, lab: Any, backend: str | None) -> dict[str, Any]:
         run("daemon", marker=site.marker, lock=str(site.ws / "daemon.lock")),
         run("forkbomb"),
         run("protected", workspace=str(site.wsp), audit=True),
+        run("spawn", via="spawn"),
+        run("arun", via="arun"),
     ]
-    runs[-1]["argv"][0] = str(site.wsp / "bin" / "probe")
+    for r in runs:  # the protected run's probe is the copy in its own workspace
+        if r["name"] == "protected":
+            r["argv"][0] = str(site.wsp / "bin" / "probe")
     if backend is not None:
         runs.append(run("proxy", network="proxy"))
         runs.append(run("proxy-resolver", network="proxy"))
@@ -296,6 +316,7 @@ def execute(site: Site, lab: Any, backend: str | None) -> None:
         **{k: _host.snapshot(site.path_of(k)) for k in _SNAPSHOTS},
         "survivors": _host.processes_with(site.marker),
         "victims_alive": _host.alive_after_grace(site.victims),
+        "host_mount": os.path.ismount(site.ws / "mnt"),
         "tmp_plant": Path("/tmp", site.plant).exists(),
         "shm_plant": Path("/dev/shm", site.plant).exists(),
         "seen": {run: lab.recorder.seen(token) for run, token in site.wires.items()},

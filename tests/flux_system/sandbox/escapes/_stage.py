@@ -121,6 +121,9 @@ def run_driver_as(
     """
     exe = sys.executable if uid is None else interpreter_for(uid)
     argv = [*user_prefix(uid), exe, "-s", "-E", str(stage / "driver.py")]
+    # The driver starts with the plan's secrets in its environment, so they are in its
+    # /proc/PID/environ (what a payload that reaches the host's /proc would read).
+    env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", **plan.get("secret_env", {})}
     if resolv_conf is not None:
         mount = 'mount --bind "$0" /etc/resolv.conf && exec "$@"'
         argv = ["unshare", "--mount", "--", "sh", "-c", mount, str(resolv_conf), *argv]
@@ -131,6 +134,7 @@ def run_driver_as(
         text=True,
         timeout=timeout,
         cwd="/",
+        env=env,
         check=False,
     )
     assert proc.returncode == 0, f"driver as uid {uid} failed:\n{proc.stderr[-4000:]}"

@@ -103,8 +103,7 @@ class Lab:
             site.values = dict(self.values)
             self._sites[key] = site
             _scenario.execute(site, self, backend)
-            if backend is None and uid is None:
-                _unmount_leftovers(site)
+            _unmount_leftovers(site)
         return self._sites[key]
 
     def close(self) -> None:
@@ -114,10 +113,11 @@ class Lab:
 
 
 def _unmount_leftovers(site: _scenario.Site) -> None:
-    """The root control's 'mount tmpfs' worked on the host: undo it."""
-    mnt = site.ws / "mnt"
-    while os.path.ismount(mnt):
-        subprocess.run(["umount", "-l", str(mnt)], check=True, timeout=30)
+    """Undo a 'mount tmpfs' that worked on the host (the root control's; or an escape,
+    which its test reports): a mount left under the lab would outlive the session."""
+    for mnt in (site.ws / "mnt", site.wsp / "mnt"):
+        while os.path.ismount(mnt):
+            subprocess.run(["umount", "-l", str(mnt)], check=True, timeout=30)
 
 
 @pytest.fixture(scope="session")

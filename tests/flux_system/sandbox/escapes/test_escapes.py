@@ -61,6 +61,7 @@ def test_attack_fails(lab: Lab, case: dict[str, Any], backend: str, user: str) -
     site = lab.site(backend, user)
     run = site.results[case["run"]]
     out = site.output(case["run"]).get(case["id"])
+    expect = _judge.expectation(case, backend, user)
     control = (
         lab.site(None, user).output(case["run"]).get(case["id"])
         if case["judge"] == "families"
@@ -70,26 +71,29 @@ def test_attack_fails(lab: Lab, case: dict[str, Any], backend: str, user: str) -
         problems = _judge.must_work(out)
     else:
         problems = _judge.sandboxed(case, out, control) + _judge.host_checks(case, site, run)
+    if case["run"] == "proxy" and case["judge"] != "must-work" and expect == "blocked":
+        problems += _proxy_was_there(site, backend)
     if case["judge"] == "protected":
         assert out is not None
         problems += _protected(case, backend, out, run)
-    expect = case["expect"][backend]
     if expect.startswith("fallback:"):
         # This backend cannot give the run's network mode: the report must say which.
         network = (run.get("report") or {}).get("network")
         assert network == expect.removeprefix("fallback:"), f"{case['id']}: network {network!r}"
         return
     if expect.startswith("gap:"):
-        # This backend cannot stop the attack: then its report must say so.
-        gap = _judge.report_gap(run.get("report"), expect.removeprefix("gap:"))
-        assert not gap, f"{case['id']} under {backend} as {user}: {gap}"
-        return
-    assert expect == "blocked"
+        # A gap this backend may have. Declared in the report: it excuses the steps it
+        # covers, if the report says what is exposed. Not declared: the case must hold.
+        gap = _judge.declared_gap(run.get("report"), expect.removeprefix("gap:"))
+        if gap is not None:
+            problems = _judge.gap_accepts(case, backend, gap, problems, out)
+    else:
+        assert expect == "blocked", expect
     assert not problems, f"ESCAPE {case['id']} under {backend} as {user}: {problems}\n{out}"
 
 
 @pytest.mark.parametrize(
-    "run", ["batch", "daemon", "forkbomb", "protected", "proxy", "proxy-resolver"]
+    "run", ["batch", "daemon", "forkbomb", "protected", "spawn", "arun", "proxy", "proxy-resolver"]
 )
 @pytest.mark.parametrize("user", USERS)
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -97,6 +101,20 @@ def test_sandbox_is_what_was_asked(lab: Lab, backend: str, user: str, run: str) 
     """Each sandboxed run ran, under the backend asked for, with its layers active."""
     problems = _judge.is_what_was_asked(lab.site(backend, user).results[run], backend)
     assert not problems, f"{run} under {backend} as {user}: {problems}"
+
+
+def _proxy_was_there(site: Any, backend: str) -> list[str]:
+    """A proxy case only means something if the proxy was reachable in that run."""
+    positive = next(c for c in CASES if c["id"] == "proxy-positive")
+    if positive["expect"][backend] != "blocked":
+        return []  # this backend has no proxy: the case holds with no network at all
+    out = site.output("proxy").get("proxy-positive")
+    problems = _judge.must_work(out)
+    return (
+        [f"the proxy run's positive control failed, nothing was tested: {problems}"]
+        if problems
+        else []
+    )
 
 
 def _protected(case: dict[str, Any], backend: str, out: Any, run: dict[str, Any]) -> list[str]:
