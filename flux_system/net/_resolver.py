@@ -36,7 +36,9 @@ class Resolver(Protocol):
     """What any resolver implements: one host to its addresses.
 
     The guard calls :meth:`resolve` exactly once per destination and classifies every
-    answer; a resolver never decides what is blocked. Raise
+    answer; a resolver never decides what is blocked. A resolver may answer from a
+    cache of what its nameservers said (as :class:`DnsResolver` does), never from a
+    cache of verdicts: the same resolver serves callers with different grants. Raise
     :class:`~flux_system.EgressDeniedError` (reason ``RESOLUTION_FAILED``) when the name
     does not resolve; any other exception is treated the same way by the guard.
     """
@@ -200,7 +202,9 @@ class DnsResolver:
                 TOO_MANY_ANSWERS.
         """
         key = host.lower().removesuffix(".")
-        cache = self._cache
+        # Only ASCII text is cached: there, lower case is DNS's own case folding, so one
+        # key always stands for one query name (IDNA mapping of other text may not be).
+        cache = self._cache if host.isascii() else None
         if cache is not None:
             hit = cache.get(key)
             if hit is not None:  # a fresh Resolution: callers never share a mutable one

@@ -573,3 +573,19 @@ def test_cache_lock_held_at_fork_does_not_deadlock_the_child() -> None:
             t.join()
         assert child == "93.184.216.34"
         assert dns_server.queries() == ROUND  # the child used the inherited answer
+
+
+def test_non_ascii_names_bypass_the_cache() -> None:
+    # Lower-casing is DNS case folding only for ASCII; other text goes to the server.
+    clock = Clock()
+    name = "bücher.flux.example"
+    with FlipDnsServer(
+        {"xn--bcher-kva.flux.example": ["93.184.216.34"]}, ttl=300, soa_minimum=SOA
+    ) as dns_server:
+        resolver = _resolver(dns_server, clock)
+        for _ in range(2):
+            assert resolver.resolve(name, 80) == (ip_address("93.184.216.34"),)
+        assert len(dns_server.queries()) == 4
+        for _ in range(2):  # the A-label form, as the guard passes it, is cached
+            resolver.resolve("xn--bcher-kva.flux.example", 80)
+        assert len(dns_server.queries()) == 6
