@@ -216,7 +216,7 @@ class DnsResolver:
         asked_at = None if cache is None else cache.clock()
         found: list[IPAddress] = []
         aliases: list[str] = []
-        ttl: int | None = None  # smallest TTL seen; None once anything is uncacheable
+        ttl: int | None = None  # the smallest TTL of every record and negative answer seen
         cacheable = True
         deadline = time.monotonic() + self._timeout  # one budget for both record types
         for rdtype in (dns.rdatatype.A, dns.rdatatype.AAAA):

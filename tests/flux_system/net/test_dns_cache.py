@@ -589,3 +589,42 @@ def test_non_ascii_names_bypass_the_cache() -> None:
         for _ in range(2):  # the A-label form, as the guard passes it, is cached
             resolver.resolve("xn--bcher-kva.flux.example", 80)
         assert len(dns_server.queries()) == 6
+
+
+def test_concurrent_clients_with_other_grants_never_see_each_others_verdicts() -> None:
+    # Threads of a granted and an ungranted caller share one resolver while a third
+    # thread keeps expiring the cache (so hits, misses and stores interleave).
+    clock = Clock()
+    with FlipDnsServer({NAME: ["10.1.2.3"]}, ttl=5, soa_minimum=SOA) as dns_server:
+        shared = _resolver(dns_server, clock)
+        granted = PrivateNetAllow(cidrs=["10.0.0.0/8"])
+        wrong: list[str] = []
+        stop = threading.Event()
+
+        def caller(allow: PrivateNetAllow | None) -> None:
+            for _ in range(60):
+                try:
+                    guard_url(f"http://{NAME}/", allow=allow, resolver=shared)
+                    outcome = "allowed"
+                except EgressDeniedError as exc:
+                    outcome = exc.reason.value
+                expected = "allowed" if allow is not None else "blocked_address"
+                if outcome != expected:
+                    wrong.append(outcome)
+
+        def expirer() -> None:
+            while not stop.is_set():
+                clock.now += 5.0
+                stop.wait(0.002)
+
+        threads = [threading.Thread(target=caller, args=(a,)) for a in (granted, None) * 2]
+        ticker = threading.Thread(target=expirer)
+        ticker.start()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        stop.set()
+        ticker.join()
+        assert wrong == []
+        assert len(dns_server.queries()) >= 4  # the control: the cache did expire and refill
