@@ -104,7 +104,8 @@ def test_every_entry_point_reports_the_row_name(case: dict[str, Any]) -> None:
         err = info.value
         assert err.reason is EgressReason.BLOCKED_ADDRESS
         assert (err.op, err.target, err.address) == (op, host, text)
-        assert str(err) == f"{op}: blocked address ({case['name']})"
+        assert err.message == f"{op}: blocked address ({case['name']})"
+        assert str(err).startswith(err.message)  # what a user reads names the row too
 
 
 def _mismatches() -> list[str]:
