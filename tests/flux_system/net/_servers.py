@@ -176,8 +176,8 @@ class FlipDnsServer:
     a name to its CNAME target (answered with the chain). Unknown names get NXDOMAIN.
     With *soa_minimum*, every negative answer (NXDOMAIN, or no record of the asked
     type) carries the SOA of *zone* in its authority section (RFC 2308), with
-    *soa_minimum* as both the SOA record's TTL and its MINIMUM field. ``log`` records
-    queries.
+    *soa_minimum* as both the SOA record's TTL and its MINIMUM field. *on_query* is
+    called before each answer is sent. ``log`` records queries.
     """
 
     def __init__(
@@ -191,6 +191,7 @@ class FlipDnsServer:
         cname_ttl: int | None = None,
         soa_minimum: int | None = None,
         zone: str = "flux.example",
+        on_query: Callable[[], None] | None = None,
     ) -> None:
         self.delay = delay  # seconds before each answer (a slow resolver)
         self.first = first
@@ -200,6 +201,7 @@ class FlipDnsServer:
         self.cname_ttl = ttl if cname_ttl is None else cname_ttl
         self.soa_minimum = soa_minimum
         self.zone = zone
+        self.on_query = on_query  # called before each answer (e.g. to move a test clock)
         self.log: list[DnsLog] = []
         self._asked: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
@@ -256,6 +258,8 @@ class FlipDnsServer:
         rdtype = dns.rdatatype.to_text(question.rdtype)
         with self._lock:
             self.log.append(DnsLog(name, rdtype, transport))
+            if self.on_query is not None:
+                self.on_query()
             key = (name, rdtype)
             table = self.then if key in self._asked else self.first
             self._asked.add(key)

@@ -223,3 +223,26 @@ def test_non_ascii_names_bypass_the_cache() -> None:
         for _ in range(2):  # the A-label form, as the guard passes it, is cached
             resolver.resolve("xn--bcher-kva.flux.example", 80)
         assert len(dns_server.queries()) == 6
+
+
+def test_the_lifetime_starts_when_the_query_is_sent() -> None:
+    # Each answer "takes" 3 s on the test clock, so the lookup ends 6 s after it began:
+    # a 10 s TTL ends 10 s after the first query was sent, not 10 s after the answer.
+    clock = Clock()
+
+    def slow() -> None:
+        clock.now += 3.0
+
+    with FlipDnsServer(
+        {NAME: ["93.184.216.34"]}, ttl=10, soa_minimum=SOA, on_query=slow
+    ) as dns_server:
+        resolver = resolver_for(dns_server, clock)
+        start = clock.now
+        guard_url(f"http://{NAME}/", resolver=resolver)
+        assert clock.now == start + 6.0
+        clock.now = start + 9.9
+        guard_url(f"http://{NAME}/", resolver=resolver)
+        assert dns_server.queries() == ROUND
+        clock.now = start + 10.0
+        guard_url(f"http://{NAME}/", resolver=resolver)
+        assert dns_server.queries() == ROUND * 2
