@@ -24,6 +24,8 @@ the middle, which :meth:`EscapeMatcher.find` accounts for with *head* and *more*
 from __future__ import annotations
 
 import bisect
+import codecs
+import itertools
 import re
 import typing
 from collections.abc import Sequence
@@ -35,11 +37,20 @@ from flux_secret._matcher import Interval
 __all__ = ["ESCAPE_MAX", "EscapeMatcher"]
 
 ESCAPE_MAX = 10  # longest escape: "&#1114111;" or "&#x10FFFF;" (no longer zero runs)
-_ESCAPE = re.compile(
-    rb"%[0-9A-Fa-f]{2}|&(?:lt|gt|amp|quot|apos|#[0-9]{1,7}|#[xX][0-9A-Fa-f]{1,6});"
-)
+_ENTITY = re.compile(rb"&(?:lt|gt|amp|quot|apos|#[0-9]{1,7}|#[xX][0-9A-Fa-f]{1,6});")
+_ESCAPE = re.compile(rb"%[0-9A-Fa-f]{2}|" + _ENTITY.pattern)
 _NAMED = {b"&lt;": b"<", b"&gt;": b">", b"&amp;": b"&", b"&quot;": b'"', b"&apos;": b"'"}
 _PLUS_AS_SPACE = bytes.maketrans(b"+", b" ")
+# Escape-dense text (URL-encoded data, HTML) is decoded whole by one C-level split:
+# faster than windows once escape starts are closer than this on average.
+_SPARSE_GAP = 256
+_SPLIT = re.compile(b"(" + _ESCAPE.pattern + b")")
+_SPLIT_PLUS = re.compile(b"(" + _ESCAPE.pattern + rb"|\+)")
+_CACHE_MAX = 1 << 16  # decoded escapes remembered (numeric entities are many)
+# The dense filter's decoding may merge up to this many bytes before an occurrence into
+# the escape before it (a "%" then two hex digits of the occurrence), so it searches
+# for the patterns without their first _BLEED bytes.
+_BLEED = 2
 
 
 def _decode(escape: bytes) -> bytes | None:
@@ -54,6 +65,21 @@ def _decode(escape: bytes) -> bytes | None:
     if point > 0x10FFFF:
         return None
     return chr(point).encode("utf-8", "surrogatepass")
+
+
+class _Table(dict[bytes, bytes]):
+    """Escape -> the bytes it stands for; an escape that is not one (``+``, a numeric
+    entity past U+10FFFF) stands for itself, and is then literal text."""
+
+    def __missing__(self, escape: bytes) -> bytes:
+        decoded = _decode(escape) if escape != b"+" else None
+        value = escape if decoded is None else decoded
+        if len(self) < _CACHE_MAX:
+            self[escape] = value
+        return value
+
+
+_TABLE = _Table()
 
 
 @typing.final
@@ -76,7 +102,7 @@ class EscapeMatcher:
         owners: for each pattern, the names of the secrets it belongs to.
     """
 
-    __slots__ = ("_ac", "_owners", "_plus", "_starts", "longest", "span")
+    __slots__ = ("_ac", "_filter", "_owners", "_plus", "_starts", "longest", "span")
 
     def __init__(self, patterns: Sequence[bytes], owners: Sequence[tuple[str, ...]]) -> None:
         self._plus = any(b" " in p for p in patterns)
@@ -98,13 +124,28 @@ class EscapeMatcher:
             if keys
             else None
         )
+        # The filter of escape-dense text (see _maybe_dense): exact only when no
+        # pattern holds "%" or "&", which its C-level decoding may treat differently.
+        self._filter = (
+            ahocorasick_rs.BytesAhoCorasick(
+                sorted({k[_BLEED:] for k in keys}),
+                implementation=ahocorasick_rs.Implementation.ContiguousNFA,
+            )
+            if keys and not any(b"%" in k or b"&" in k for k in keys)
+            else None
+        )
 
-    def _escapes(self, data: bytes) -> list[tuple[int, int, bytes]]:
-        """``(start, end, decoded)`` of every escape in *data* (``+`` included when used)."""
+    def _escapes(self, data: bytes) -> list[tuple[int, int, bytes]] | None:
+        """``(start, end, decoded)`` of every escape in *data* (``+`` included when
+        used), or ``None`` when escape starts are closer than ``_SPARSE_GAP`` apart."""
         out: list[tuple[int, int, bytes]] = []
+        budget = len(data) // _SPARSE_GAP + 16
         for char in self._starts:
             pos = data.find(char)
             while pos >= 0:
+                budget -= 1
+                if budget < 0:
+                    return None
                 if char == 0x2B:  # "+": decoded by the translation, a window trigger only
                     out.append((pos, pos + 1, b"+"))
                     pos = data.find(char, pos + 1)
@@ -132,10 +173,10 @@ class EscapeMatcher:
         if self._ac is None:
             return []
         escapes = self._escapes(data)
-        if not escapes:
-            return []
         low = ESCAPE_MAX - 1 if head else 0
         high = len(data) - (ESCAPE_MAX - 1) if more else len(data)
+        if escapes is None:
+            return self._dense(data, (low, high)) if self._maybe_dense(data) else []
         out: list[Interval] = []
         i = 0
         while i < len(escapes):  # one window per run of escapes closer than a match
@@ -146,6 +187,58 @@ class EscapeMatcher:
             hi = min(len(data), escapes[j - 1][1] + self.span)
             out += self._window(data, (lo, hi), escapes[i:j], (low, high))
             i = j
+        return out
+
+    def _maybe_dense(self, data: bytes) -> bool:
+        """Whether escape-dense *data* may hold an occurrence, decided at C speed.
+
+        Entities are decoded first (one regex pass), then percent escapes by the
+        codec of Python's ``\\x`` escapes (backslashes doubled first). Every
+        occurrence the exact decoding finds then appears in this text, except that
+        a ``%`` just before it may swallow its first two bytes (a lone ``%`` followed
+        by hex digits): hence the patterns without their first ``_BLEED`` bytes. It
+        may say yes when there is none; the exact decoding then decides.
+        """
+        if self._filter is None:
+            return True
+        text = data
+        if b"&" in text:
+            text = _ENTITY.sub(lambda m: _TABLE[m.group()], text)
+        text = text.replace(b"\\", b"\\\\").replace(b"%", b"\\x")
+        text = codecs.escape_decode(text, "replace")[0]
+        if self._plus:
+            text = text.translate(_PLUS_AS_SPACE)
+        return bool(self._filter.find_matches_as_indexes(text))
+
+    def _dense(self, data: bytes, bounds: tuple[int, int]) -> list[Interval]:
+        """:meth:`find` over all of *data*, decoded in one split: literal runs at even
+        indices, escapes at odd ones (the same escapes the windows find)."""
+        assert self._ac is not None
+        parts = (_SPLIT_PLUS if self._plus else _SPLIT).split(data)
+        decoded = parts.copy()
+        decoded[1::2] = map(_TABLE.__getitem__, parts[1::2])
+        text = b"".join(decoded)
+        if self._plus:
+            text = text.translate(_PLUS_AS_SPACE)
+        hits = self._ac.find_matches_as_indexes(text, overlapping=True)
+        if not hits:
+            return []
+        starts = list(itertools.accumulate(map(len, parts), initial=0))
+        dstarts = list(itertools.accumulate(map(len, decoded), initial=0))
+
+        def to_text(x: int, *, end: bool) -> int:
+            """Text offset of decoded byte *x* (one past it when *end*)."""
+            k = bisect.bisect_right(dstarts, x) - 1
+            if k % 2 and decoded[k] != parts[k]:  # inside an escape: cover all of it
+                return starts[k + 1] if end else starts[k]
+            return starts[k] + (x - dstarts[k]) + (1 if end else 0)
+
+        low, high = bounds
+        out: list[Interval] = []
+        for pid, s, e in hits:
+            ts, te = to_text(s, end=False), to_text(e - 1, end=True)
+            if ts >= low and te <= high:
+                out.append((ts, te, self._owners[pid]))
         return out
 
     def _window(

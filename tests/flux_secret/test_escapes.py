@@ -226,3 +226,95 @@ def test_stream_of_a_fixed_kind_refuses_the_other() -> None:
         stream.feed(b"bytes")
     with pytest.raises(TypeError):
         StreamRedactor(red, int)  # type: ignore[arg-type]
+
+
+@given(
+    st.binary(min_size=0, max_size=300),
+    st.binary(min_size=0, max_size=300),
+    st.lists(st.integers(0, 2000), max_size=6),
+    st.booleans(),
+)
+def test_escape_dense_text_decides_as_sparse_windows(
+    before: bytes, after: bytes, cuts: list[int], html: bool
+) -> None:
+    """URL-encoded or entity-escaped data (decoded whole) and small stream chunks
+    (decoded in windows) mask the same: any chunking equals whole-text redaction."""
+    import html as html_module
+    import urllib.parse
+
+    secret = "pa~ss*wo rd-1234'<&>"
+    red = Redactor(named_marker="<{names}>")
+    red.register(secret, "j")
+    red.register("other secret value", "o")
+    if html:
+        blob = html_module.escape((before + secret.encode() + after).decode("latin-1"))
+        data = blob.encode()
+    else:
+        data = urllib.parse.quote_plus(before + secret.encode() + after).encode()
+    snap = red._snapshot()
+    assert snap.escapes[0]._escapes(data) is None or len(data) < 300  # dense when long
+    whole = red.redact_bytes(data)
+    assert b"<j>" in whole
+    bounds = sorted({min(c, len(data)) for c in cuts})
+    stream = red.stream(bytes)
+    pieces = [data[a:b] for a, b in zip([0, *bounds], [*bounds, len(data)], strict=True)]
+    out = b"".join(stream.feed(p) for p in pieces)
+    tail = stream.flush()
+    assert isinstance(tail, bytes)
+    assert out + tail == whole
+
+
+@pytest.mark.parametrize(
+    ("secret", "escaped"),
+    [
+        ("4Zsecret-77", b"%4Zsecret-7%37"),  # a lone "%" before: its codec eats the "4"
+        ("41secret-77", b"&#37;41secret-7%37"),  # an entity for "%" before: eats "41"
+        ("plain+secret-77", b"plain%2Bsecret-%377"),
+        ("with space-777", b"with+space-%37%377"),
+    ],
+)
+def test_escape_dense_filter_never_hides_an_occurrence(secret: str, escaped: bytes) -> None:
+    """Dense text goes through a C-level filter before the exact decoding: the cases
+    where its decoding differs at an occurrence's start are still masked."""
+    import random
+    import urllib.parse
+
+    rng = random.Random(13)
+    noise = urllib.parse.quote(bytes(rng.randrange(256) for _ in range(3000))).encode()
+    red = Redactor()
+    red.register(secret, "s")
+    data = noise + escaped + b"&amp;" + noise
+    assert red._snapshot().escapes[0]._escapes(data) is None  # the dense path is taken
+    out = red.redact_bytes(data)
+    assert red._snapshot().escapes[0]._filter is not None  # ... and its filter
+    assert out.count(b"[redacted]") == 1 and escaped.rstrip(b"7") not in out
+
+
+@given(
+    st.text(st.sampled_from("abcXYZ0149-_.~*'()!/+ ?=<>\"#;:@é"), min_size=8, max_size=20),
+    st.data(),
+    st.sampled_from(["", "%", "%4", "&#37;", "&#37;4", "&amp;", "&", "\\", "%%"]),
+)
+def test_escape_dense_filter_is_a_superset(secret: str, data: st.DataObject, before: str) -> None:
+    forms: list[str] = []
+    for char in secret:
+        raw = char.encode()
+        choice = data.draw(st.integers(0, 3))
+        if choice == 0 and char.isascii():
+            forms.append(char)
+        elif choice == 1 or not char.isascii():
+            forms += [f"%{b:02X}" for b in raw]
+        elif choice == 2:
+            forms.append(f"&#{ord(char)};")
+        else:
+            forms.append(f"&#x{ord(char):x};")
+    encoded = "".join(forms).encode()
+    red = Redactor()
+    red.register(secret, "s")
+    text = b"%41" * 40 + before.encode() + encoded + b"&#65;" * 40
+    escapes = red._snapshot().escapes[0]
+    assert escapes._escapes(text) is None and escapes._filter is not None
+    exact = escapes._dense(text, (0, len(text)))  # the exact decoding, unfiltered
+    assert escapes.find(text) == exact
+    if before in ("", "&amp;", "&", "\\"):  # a prefix that cannot join the first escape
+        assert exact and b"[redacted]" in red.redact_bytes(text)
