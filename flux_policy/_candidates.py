@@ -91,10 +91,13 @@ class CandidateIndex:
         rules: the rules, identified by their position in this sequence.
     """
 
-    __slots__ = ("_by", "_root")
+    __slots__ = ("_actions", "_exact", "_root", "_segments", "_subjects")
 
     def __init__(self, rules: Sequence[IndexedRule]) -> None:
-        self._by: dict[_Key, list[int]] = {}
+        self._subjects: dict[str, list[int]] = {}
+        self._actions: dict[str, list[int]] = {}
+        self._exact: dict[str, list[int]] = {}
+        self._segments: dict[str, list[int]] = {}
         self._root = _Node()
         options = [self._options(rule) for rule in rules]
         counts: Counter[_Key] = Counter()
@@ -130,35 +133,42 @@ class CandidateIndex:
 
     def _file(self, key: _Key, number: int) -> None:
         kind, value = key
-        if kind == _PREFIX:
+        if isinstance(value, tuple):  # _PREFIX
             node = self._root
             for segment in value:
                 node = node.children.setdefault(segment, _Node())
             node.rules.append(number)
-        else:
-            self._by.setdefault(key, []).append(number)
+            return
+        table = {
+            _SUBJECT: self._subjects,
+            _ACTION: self._actions,
+            _EXACT: self._exact,
+            _SEGMENT: self._segments,
+        }[kind]
+        table.setdefault(value, []).append(number)
 
     def candidates(self, subject: str, action: str, resource: str) -> set[int]:
         """Numbers of the rules sharing a key with the request (a superset of matches)."""
-        by = self._by
         found: set[int] = set(self._root.rules)
         lists: Iterable[list[int] | None] = (
-            by.get((_SUBJECT, subject)),
-            by.get((_ACTION, action)),
-            by.get((_EXACT, resource)),
+            self._subjects.get(subject),
+            self._actions.get(action),
+            self._exact.get(resource),
         )
         for rules in lists:
             if rules:
                 found.update(rules)
         segments = resource.split("/")
-        node: _Node | None = self._root
+        node = self._root
         for segment in segments:
-            node = node.children.get(segment) if node is not None else None
-            if node is None:
+            child = node.children.get(segment)
+            if child is None:
                 break
-            found.update(node.rules)
+            found.update(child.rules)
+            node = child
+        by_segment = self._segments
         for segment in set(segments):
-            rules = by.get((_SEGMENT, segment))
+            rules = by_segment.get(segment)
             if rules:
                 found.update(rules)
         return found
