@@ -151,9 +151,11 @@ class EscapeMatcher:
                     pos = data.find(char, pos + 1)
                     continue
                 m = _ESCAPE.match(data, pos)
-                decoded = None if m is None else _decode(m.group())
-                if m is not None and decoded is not None:
-                    out.append((pos, m.end(), decoded))
+                if m is not None:
+                    escape = m.group()
+                    decoded = _TABLE[escape]
+                    if decoded != escape:  # else a numeric entity past U+10FFFF: text
+                        out.append((pos, m.end(), decoded))
                 pos = data.find(char, pos + 1)
         out.sort()
         return out

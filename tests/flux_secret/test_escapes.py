@@ -318,3 +318,12 @@ def test_escape_dense_filter_is_a_superset(secret: str, data: st.DataObject, bef
     assert escapes.find(text) == exact
     if before in ("", "&amp;", "&", "\\"):  # a prefix that cannot join the first escape
         assert exact and b"[redacted]" in red.redact_bytes(text)
+
+
+def test_numeric_entity_past_the_last_code_point_is_text() -> None:
+    red = Redactor()
+    red.register("abc-secret-1", "s")
+    text = "&#1114112;&#x110000; &#97;bc-secret-1 &#x61;bc-secret-1"
+    assert red.redact(text) == "&#1114112;&#x110000; [redacted] [redacted]"
+    dense = "&#x110000;" * 60 + "&#97;bc-secret-1" + "&#65;" * 60
+    assert red.redact(dense) == "&#x110000;" * 60 + "[redacted]" + "&#65;" * 60
