@@ -83,7 +83,7 @@ serve(listener, sys.argv[1])
 
 
 @contextlib.contextmanager
-def _process(code: str, *args: str) -> Iterator[str]:
+def _process(code: str, *args: str, polite: bool = False) -> Iterator[str]:
     proc = subprocess.Popen(
         [sys.executable, "-c", code, *args],
         stdin=subprocess.PIPE,
@@ -95,8 +95,13 @@ def _process(code: str, *args: str) -> Iterator[str]:
         assert proc.stdout is not None
         yield proc.stdout.readline().strip()
     finally:
-        proc.kill()
-        proc.wait()
+        assert proc.stdin is not None
+        proc.stdin.close()  # the proxy script then leaves its with-block: socket removed
+        try:
+            proc.wait(5 if polite else 0.01)
+        except subprocess.TimeoutExpired:  # the server and forwarder never read stdin
+            proc.kill()
+            proc.wait()
 
 
 def _get(conn: http.client.HTTPConnection, target: str, close: bool) -> None:
@@ -110,7 +115,7 @@ def proxy_figures(*, number: int = 300, rounds: int = 7) -> dict[str, Any]:
     """Measure both ratios (see the module docstring); returns the figures."""
     with (
         _process(SERVER) as server_port,
-        _process(PROXY, server_port) as socket_path,
+        _process(PROXY, server_port, polite=True) as socket_path,
         _process(FORWARDER, socket_path) as forwarder_port,
     ):
         sport, fport = int(server_port), int(forwarder_port)

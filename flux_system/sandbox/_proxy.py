@@ -43,6 +43,7 @@ from flux_system.sandbox._proxy_values import LIFELINE, MAX_DENIALS, ProxyDenial
 __all__ = ["LIFELINE", "MAX_DENIALS", "EgressProxy", "ProxyDenial", "ProxySettings"]
 
 _MAX_CONNECTIONS: Final = 1024  # the ceiling a caller may configure
+_CLOSE_WAIT: Final = 10.0  # seconds close() waits for each thread (and for a close under way)
 
 
 @final
@@ -102,6 +103,8 @@ class EgressProxy:
         self._dir: str | None = None
         self._closed = False
         self._lifeline = False  # one lifeline per proxy: the launcher's, sent first
+        self._close_done = threading.Event()
+        self._closer: threading.Thread | None = None
         self._deadline: threading.Timer | None = None
 
     # -- lifetime ---------------------------------------------------------------------
@@ -167,11 +170,23 @@ class EgressProxy:
         threading.Thread(target=self.close, name="flux-egress-proxy-close", daemon=True).start()
 
     def close(self) -> None:
-        """Stop, end every connection, join the threads, remove the socket. Idempotent."""
+        """Stop, end every connection, join the threads, remove the socket. Idempotent.
+
+        A call while another close is under way (the lifeline's) returns once that one
+        is done, so the socket is gone when any close() returns.
+        """
         with self._lock:
             if self._closed:
-                return
-            self._closed = True
+                wait = True
+            else:
+                wait = False
+                self._closed = True
+        if wait:
+            if threading.current_thread() is not self._closer:
+                self._close_done.wait(_CLOSE_WAIT)
+            return
+        with self._lock:
+            self._closer = threading.current_thread()
             listener, self._listener = self._listener, None
             live = list(self._live)
             deadline, self._deadline = self._deadline, None
@@ -185,13 +200,14 @@ class EgressProxy:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
         if self._acceptor is not None:
-            self._acceptor.join(10)
+            self._acceptor.join(_CLOSE_WAIT)
         with self._lock:
             threads = list(self._threads)
         for thread in threads:
             if thread is not threading.current_thread():
-                thread.join(10)
+                thread.join(_CLOSE_WAIT)
         self._remove_dir()
+        self._close_done.set()
 
     def __enter__(self) -> EgressProxy:
         return self.start()

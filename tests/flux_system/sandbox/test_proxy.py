@@ -7,6 +7,7 @@ lacked succeeds, so a refusal is the guard's doing and not a broken set-up.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import os
 import shutil
 import socket
@@ -488,3 +489,40 @@ def test_proxy_closes_when_no_lifeline_comes() -> None:
     proxy = _proxy(("api.flux.test",), 80, lifeline_deadline=0.2)
     _wait_closed(proxy.socket_path)
     proxy.close()
+
+
+class _SlowResolver:
+    """A resolver that takes *delay* seconds (a slow nameserver), then answers."""
+
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+
+    def resolve(self, host: str, port: int) -> list[ipaddress.IPv4Address]:
+        time.sleep(self.delay)
+        return [ipaddress.IPv4Address("127.0.0.1")]
+
+
+def test_close_waits_for_a_close_already_under_way(http: LoopbackHTTP) -> None:
+    """Regression: the run's finish() called close() while the lifeline's own close was
+    still joining a handler; it returned at once, the interpreter could exit, and the
+    socket directory was left behind in /tmp."""
+    settings = ProxySettings(
+        allow_hosts=("api.flux.test",),
+        allow_private=LOOPBACK,
+        ports=frozenset({http.port}),
+        lifeline_deadline=60.0,
+    )
+    proxy = EgressProxy(settings, resolver=_SlowResolver(1.0)).start()
+    path = proxy.socket_path
+    lifeline = open_lifeline(path)
+    busy = connect_unix(path)
+    busy.sendall(f"CONNECT api.flux.test:{http.port} HTTP/1.1\r\n\r\n".encode())
+    time.sleep(0.2)  # let the handler reach the slow resolver (not an assertion)
+    lifeline.close()  # the proxy starts closing itself, joining the busy handler
+    for _ in range(1000):  # hang guard: 10 s
+        if proxy._closed:
+            break
+        time.sleep(0.01)
+    proxy.close()
+    assert not os.path.exists(path)
+    busy.close()
