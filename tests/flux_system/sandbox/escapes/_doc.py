@@ -18,20 +18,26 @@ _BACKENDS = (("bwrap", "bubblewrap + seccomp"), ("landlock", "Landlock-only + se
 
 
 def _cell(case: dict[str, Any], backend: str) -> str:
-    findings = case.get("finding", {})
-    hits = {k: v for k, v in findings.items() if k == backend or k.startswith(backend + "/")}
-    if hits:
-        who = ", ".join(sorted(k.partition("/")[2] or "all users" for k in hits))
-        return f"**escapes** ({who}; open finding: {'; '.join(sorted(set(hits.values())))})"
+    findings: dict[str, str] = case.get("finding", {})
+    if backend in findings:
+        return f"**escapes** (open finding: {findings[backend]})"
     expect = str(case["expect"][backend])
     overrides = {
         k.partition("/")[2]: e for k, e in case["expect"].items() if k.startswith(backend + "/")
     }
-    if overrides:
-        base = _describe(case, expect)
-        extra = "; ".join(f"as {u}: {_describe(case, e)}" for u, e in sorted(overrides.items()))
-        return f"{base}; {extra}"
-    return _describe(case, expect)
+    users = sorted(
+        {*overrides, *(k.partition("/")[2] for k in findings if k.startswith(backend + "/"))}
+    )
+    text = _describe(case, expect)
+    for user in users:
+        finding = findings.get(f"{backend}/{user}")
+        what = (
+            f"**escapes** (open finding: {finding})"
+            if finding
+            else _describe(case, overrides[user])
+        )
+        text += f"; as {user}: {what}"
+    return text
 
 
 def _describe(case: dict[str, Any], expect: str) -> str:
