@@ -17,6 +17,7 @@ below an allowed directory; the post-run audit covers them), pathname unix socke
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import tempfile
 import typing
@@ -77,7 +78,8 @@ class LandlockConfinement:
             allow_netlink=profile.allow_netlink,
             deny_inet=no_net,
             notify=True,
-            extra_denied=_seccomp.METADATA_SYSCALLS,
+            extra_denied=_seccomp.METADATA_SYSCALLS
+            + (_seccomp.ROOT_METADATA_SYSCALLS if os.geteuid() == 0 else ()),
         )
         self._spawner = Spawner(rules, spec)
         if self._spawner.error is not None:

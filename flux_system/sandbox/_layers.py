@@ -196,15 +196,20 @@ def report_of(
         ),
         _g(
             "file_metadata",
-            bw,
-            "bubblewrap",
+            bw or (ll and sc and bool(host and host.euid == 0)),
+            "bubblewrap" if bw else "seccomp",
             "outside the writable roots everything is read-only or absent: chmod, chown,"
             " utimes and xattr changes fail there"
             if bw
             else (
-                "Landlock (ABI <= 7) has no right for chmod or utimes: a file this user owns"
-                " outside the workspace can have its mode and times changed (ownership and"
-                " xattr changes are refused by seccomp)"
+                (
+                    "a root caller: seccomp refuses chmod, utimes, chown and xattr changes"
+                    " everywhere, the workspace included (Landlock has no right for them)"
+                    if host and host.euid == 0
+                    else "Landlock (ABI <= 7) has no right for chmod or utimes: a file this"
+                    " user owns outside the workspace can have its mode and times changed"
+                    " (ownership and xattr changes are refused by seccomp)"
+                )
                 if ll
                 else "no layer confines the filesystem"
             ),

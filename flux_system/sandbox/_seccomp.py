@@ -108,6 +108,21 @@ METADATA_SYSCALLS: tuple[str, ...] = (
     "removexattrat",
 )
 
+# And for a root caller these too: every root-owned file on the host is then the
+# caller's own, and Landlock cannot stop `chmod u+s /usr/bin/x` or `chmod 666
+# /etc/shadow`. Refused everywhere (the workspace included): `chmod`, `touch` of an
+# existing file, `cp -p` fail there for root — use bubblewrap, or run as another user.
+ROOT_METADATA_SYSCALLS: tuple[str, ...] = (
+    "chmod",
+    "fchmod",
+    "fchmodat",
+    "fchmodat2",
+    "utime",
+    "utimes",
+    "utimensat",
+    "futimesat",
+)
+
 CLONE_NS_FLAGS: tuple[int, ...] = (
     0x00020000,  # CLONE_NEWNS
     0x02000000,  # CLONE_NEWCGROUP

@@ -48,7 +48,7 @@ def test_report_says_what_landlock_alone_cannot_give(sandbox: Sandbox) -> None:
     enforced = {g.name: g.enforced for g in rep.guarantees}
     assert enforced == {
         "filesystem_view": True,
-        "file_metadata": False,
+        "file_metadata": True,  # root here: seccomp refuses chmod and utimes too
         "private_tmp": False,
         "pid_namespace": False,
         "process_tree": True,  # root here: each tree has its own pids cgroup
@@ -193,10 +193,11 @@ def test_spawned_child_reports_its_denials(system: System) -> None:
     assert [(d.what, d.detail) for d in denials.records] == [("socket", "family=17")]
 
 
-def test_ownership_and_xattr_changes_are_refused_chmod_is_a_declared_gap(
+def test_metadata_changes_outside_are_refused_for_root(
     system: System, sandbox: Sandbox, tmp_path: Path
 ) -> None:
-    """Landlock has no right for file metadata; seccomp refuses chown and xattrs."""
+    """Landlock has no right for file metadata; for a root caller every root-owned host
+    file is its own (chmod u+s), so seccomp refuses chown, xattrs, chmod and utimes."""
     outside = tmp_path / "outside.txt"
     outside.write_text("x")
     outside.chmod(0o644)
@@ -204,12 +205,16 @@ def test_ownership_and_xattr_changes_are_refused_chmod_is_a_declared_gap(
         "import os\n"
         f"p = {str(outside)!r}\n"
         "for name, f in (('chown', lambda: os.chown(p, os.getuid(), os.getgid())),\n"
-        "                ('setxattr', lambda: os.setxattr(p, 'user.flux', b'1'))):\n"
+        "                ('setxattr', lambda: os.setxattr(p, 'user.flux', b'1')),\n"
+        "                ('chmod', lambda: os.chmod(p, 0o4755)),\n"
+        "                ('utime', lambda: os.utime(p, (0, 0)))):\n"
         "    try:\n        f(); print(name, 'ok')\n"
         "    except OSError as e: print(name, e.errno)\n"
     )
     r = system.run([SYSTEM_PYTHON, "-I", "-S", "-c", code], timeout=30)
-    assert r.stdout_text.split("\n")[:2] == ["chown 1", "setxattr 1"], r.stderr_text
+    assert r.stdout_text.split("\n")[:4] == ["chown 1", "setxattr 1", "chmod 1", "utime 1"]
     assert os.listxattr(outside) == []
+    st = outside.stat()
+    assert st.st_mode & 0o7777 == 0o644 and st.st_mtime > 0
     g = sandbox.report().guarantee("file_metadata")
-    assert g.enforced is False and "chmod" in g.reason
+    assert g.enforced is True and "root caller" in g.reason

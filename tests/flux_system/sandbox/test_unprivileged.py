@@ -83,8 +83,10 @@ def test_default_as_unprivileged(results: dict[str, object]) -> None:
     assert got["missing"] == []
     assert got["exit"] == 0
     assert got["stdout"][:3] == ["CapEff: 0000000000000000", "NoNewPrivs: 1", "Seccomp: 2"]
-    # /proc lists only the sandbox's own processes: bwrap's init, sh, ls and grep
-    assert got["stdout"][3:] == ["65534", "wrote", "secret-denied", "t", "4"]
+    assert got["stdout"][3:7] == ["65534", "wrote", "secret-denied", "t"]
+    # /proc lists only the sandbox's own processes: bwrap's init, sh, ls (and grep, when
+    # it started before ls read /proc); the host has hundreds
+    assert int(got["stdout"][7]) <= 4
     assert got["wrote"] is True
     assert got["observable"] is False
 
@@ -94,7 +96,8 @@ def test_strict_as_unprivileged(results: dict[str, object]) -> None:
     assert isinstance(got, dict)
     assert got["layers"] == ["bubblewrap", "landlock", "seccomp"]
     assert got["exit"] == 0
-    assert got["stdout"][3:] == ["65534", "wrote", "secret-denied", "t", "4"]
+    assert got["stdout"][3:7] == ["65534", "wrote", "secret-denied", "t"]
+    assert int(got["stdout"][7]) <= 4
 
 
 def test_landlock_only_as_unprivileged(results: dict[str, object]) -> None:
