@@ -115,7 +115,9 @@ def check_argv(argv: object) -> tuple[str, ...]:
     return items
 
 
-def _translate(exc: BaseException, target: str, cwd_link: str) -> ProcessError:
+def _translate(
+    exc: BaseException, target: str, cwd_link: str, *, entry_failed: bool = False
+) -> ProcessError:
     if isinstance(exc, OSError):
         if exc.filename == cwd_link:
             reason = ProcessReason.BAD_CWD
@@ -126,7 +128,14 @@ def _translate(exc: BaseException, target: str, cwd_link: str) -> ProcessError:
         else:
             reason = ProcessReason.SPAWN_FAILED
         return SpawnError(f"spawn failed: {exc.strerror}", op="run", target=target, reason=reason)
-    # Only the preexec_fn raises in the child, and it only applies limits.
+    # Only the preexec_fn raises in the child: the v2 cgroup entry, or the limits.
+    if entry_failed:
+        return SpawnError(
+            "the child could not enter its tree's cgroup",
+            op="run",
+            target=target,
+            reason=ProcessReason.SPAWN_FAILED,
+        )
     return SpawnError(
         "a requested limit could not be applied in the child",
         op="run",
@@ -191,7 +200,7 @@ def _build_spawn(spec: SpawnSpec, ws: DirAuthority) -> Spawned:
     nproc = limits.nproc if limits is not None else None
     ensure_subreaper()
     tree = Tree(spec.cgroups, nproc=nproc)
-    if nproc is not None and child_uid == 0 and not tree.contained:
+    if nproc is not None and child_uid == 0 and not tree.limits_processes:
         tree.release()
         raise SpawnError(
             "a process limit cannot be enforced for a root child without a pids cgroup",
@@ -199,9 +208,10 @@ def _build_spawn(spec: SpawnSpec, ws: DirAuthority) -> Spawned:
             target=target,
             reason=ProcessReason.LIMIT_UNENFORCEABLE,
         )
-    preexec = make_preexec(
+    inner = make_preexec(
         limits.rlimits() if limits is not None else (), no_new_privs=priv.no_new_privs
     )
+    preexec = tree.child_preexec(inner)  # v2: the child enters its cgroup first
     ours: list[int] = []
     theirs: list[int] = []
     cwd_fd = -1
@@ -233,7 +243,15 @@ def _build_spawn(spec: SpawnSpec, ws: DirAuthority) -> Spawned:
             ) from exc
         cwd_link = f"/proc/self/fd/{cwd_fd}"
         tid = b"%d" % threading.get_native_id()
-        tree.enter(tid)  # this thread joins the tree's cgroup: the child is born inside
+        try:
+            tree.enter(tid)  # v1: this thread joins the tree's cgroup; the child is born inside
+        except OSError as exc:  # ENODEV: the cgroup was removed under us
+            raise SpawnError(
+                f"the tree's cgroup could not be entered: {exc.strerror}",
+                op="run",
+                target=target,
+                reason=_SPAWN_FAILED,
+            ) from exc
         try:
             try:
                 subprocess.Popen.__init__(
@@ -254,7 +272,8 @@ def _build_spawn(spec: SpawnSpec, ws: DirAuthority) -> Spawned:
                     preexec_fn=preexec,  # only for limits; no locks taken
                 )
             except (OSError, subprocess.SubprocessError) as exc:
-                raise _translate(exc, target, cwd_link) from exc
+                entry_failed = preexec is not inner and (inner is None or tree.cgroup_gone())
+                raise _translate(exc, target, cwd_link, entry_failed=entry_failed) from exc
         finally:
             tree.leave(tid)
         try:
