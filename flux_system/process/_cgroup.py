@@ -34,6 +34,7 @@ __all__ = [
     "Lease",
     "hierarchy_version",
     "pids_hierarchy_available",
+    "process_limit_available",
     "remove_leftovers",
     "remove_tree",
 ]
@@ -79,10 +80,11 @@ def _remove_stale(here: str) -> None:
 class _Base:
     """``flux-<pid>``: the parent of this process's tree cgroups, and (v1) the way home."""
 
-    __slots__ = ("home_tasks", "path", "proc", "users", "version")
+    __slots__ = ("home_tasks", "path", "pids", "proc", "users", "version")
 
-    def __init__(self, path: str, proc: str, version: int, home_tasks: int) -> None:
+    def __init__(self, path: str, proc: str, version: int, home_tasks: int, pids: bool) -> None:
         self.path = path
+        self.pids = pids  # whether the tree cgroups get pids.max
         self.proc = proc
         self.version = version
         self.home_tasks = home_tasks  # v1: our own cgroup's ``tasks``; a thread moves back
@@ -93,11 +95,12 @@ _base: _Base | None = None
 _unavailable = False
 
 
-def _v2_usable(path: str) -> None:
+def _v2_usable(path: str) -> bool:
     """Raise unless processes can live in v2 cgroups below *path*; enable ``pids``.
 
     A cgroup whose type is not ``domain`` (threaded, or ``domain invalid``) refuses
-    whole processes. ``pids`` is enabled for the trees when *path* is offered it.
+    whole processes. ``pids`` is enabled for the trees when *path* is offered it;
+    returns whether the trees get ``pids.max``.
     """
     with open(os.path.join(path, "cgroup.type"), encoding="ascii") as fh:
         kind = fh.read().strip()
@@ -111,6 +114,8 @@ def _v2_usable(path: str) -> None:
             open(os.path.join(path, "cgroup.subtree_control"), "w", encoding="ascii") as fh,
         ):
             fh.write("+pids")
+    with open(os.path.join(path, "cgroup.subtree_control"), encoding="ascii") as fh:
+        return "pids" in fh.read().split()
 
 
 def _take_base() -> _Base | None:
@@ -135,10 +140,11 @@ def _take_base() -> _Base | None:
                 home = -1
                 if found.version == 1:
                     home = os.open(os.path.join(found.own, "tasks"), _WR)
+                    pids = True
                 else:
-                    _v2_usable(path)
+                    pids = _v2_usable(path)
                 proc = found.proc.rstrip("/") + "/" + name
-                _base = _Base(path, proc, found.version, home)
+                _base = _Base(path, proc, found.version, home, pids)
             except OSError:
                 if made:
                     remove_tree(path)
@@ -165,6 +171,16 @@ def _drop_base(base: _Base) -> None:
 def pids_hierarchy_available() -> bool:
     """Whether trees can get their own cgroup on this host (v1 ``pids`` or v2)."""
     return hierarchy_version() is not None
+
+
+def process_limit_available() -> bool:
+    """Whether tree cgroups get ``pids.max`` (a process limit that holds for root)."""
+    base = _take_base()
+    if base is None:
+        return False
+    pids = base.pids
+    _drop_base(base)
+    return pids
 
 
 def hierarchy_version() -> int | None:

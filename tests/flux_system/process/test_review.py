@@ -294,7 +294,7 @@ def _chain_left() -> list[psutil.Process]:
 
 
 def test_fork_and_exit_chain_leaves_no_zombie(system: System) -> None:
-    require(cgroup_available(), "a writable pids cgroup (v1) for tree containment")
+    require(cgroup_available(), "a usable cgroup (v1 pids or v2) for tree containment")
     script = f'{PYTHON} -S -c "$0" 40; sleep 30'
     with pytest.raises(ProcessTimeoutError) as ei:
         system.run(["sh", "-c", script, CHAIN], timeout=3.0, limits=Limits(nproc=200))
@@ -304,7 +304,7 @@ def test_fork_and_exit_chain_leaves_no_zombie(system: System) -> None:
 
 def test_member_whose_main_thread_exited_is_killed(system: System) -> None:
     # Its /proc state is "Z" while its other thread runs: not to be taken for dead.
-    require(cgroup_available(), "a writable pids cgroup (v1) for tree containment")
+    require(cgroup_available(), "a usable cgroup (v1 pids or v2) for tree containment")
     code = (
         "import ctypes, os, threading, time\n"
         "threading.Thread(target=time.sleep, args=(60,)).start()\n"
