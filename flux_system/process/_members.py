@@ -31,6 +31,7 @@ from flux_system.process._lease import Lease
 __all__ = [
     "EXIT_WAIT_S",
     "exited",
+    "child_holding",
     "group_and_session",
     "kill_v1",
     "kill_v2",
@@ -49,6 +50,8 @@ EXIT_WAIT_S = 2.0
 _FREEZE_WAIT_S = 2.0
 # Bound on our children looked at (direct and adopted).
 _MAX_CHILDREN = 65536
+# Bound on the fds of one child looked at when searching for a lost pid.
+_MAX_FDS = 4096
 # Tests set this to False to exercise the path of a kernel without cgroup.kill (Linux
 # 5.2-5.13: freeze and SIGKILL only).
 USE_CGROUP_KILL = True
@@ -298,3 +301,22 @@ def reap_unseen_zombies_v1(lease: Lease, leaders: set[int]) -> None:
         return
     for pid in after:
         _reap_zombie(pid)
+
+
+def child_holding(inode: int, leaders: set[int]) -> int | None:
+    """Our child (not a live tree's leader) that holds the pipe *inode* open, if any.
+
+    For a spawn interrupted right after the fork, before the pid was stored: the pipe
+    was made for that spawn alone, so the child holding it is that spawn's child,
+    whether or not it has entered its cgroup yet (v2 enters before exec).
+    """
+    link = f"pipe:[{inode}]"
+    for pid in our_children():
+        if pid in leaders:
+            continue
+        with contextlib.suppress(OSError):
+            for name in os.listdir(f"/proc/{pid}/fd")[:_MAX_FDS]:
+                with contextlib.suppress(OSError):
+                    if os.readlink(f"/proc/{pid}/fd/{name}") == link:
+                        return pid
+    return None

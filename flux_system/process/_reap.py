@@ -34,6 +34,7 @@ from collections.abc import Callable
 
 from flux_system.process._cgroup import CgroupPool, Lease, pids_hierarchy_available
 from flux_system.process._members import (
+    child_holding,
     group_and_session,
     kill_v1,
     kill_v2,
@@ -192,6 +193,11 @@ class Tree:
         self.leader_fd = pidfd
         with _lock:
             _leaders.add(pid)
+
+    @staticmethod
+    def holder_of(inode: int) -> int | None:
+        """Our child holding the pipe *inode* (a spawn's pid lost to a signal)."""
+        return child_holding(inode, _live_leaders())
 
     def our_members(self) -> list[int]:
         """Our direct children in the tree's cgroup (a leader whose pid was lost)."""

@@ -147,18 +147,24 @@ def _translate(
 _SPAWN_FAILED = ProcessReason.SPAWN_FAILED
 
 
-def _no_survivor(tree: Tree, popen: subprocess.Popen[bytes], pidfd: int) -> int:
+def _no_survivor(
+    tree: Tree, popen: subprocess.Popen[bytes], pidfd: int, pipe_fd: int | None
+) -> int:
     """After a failed spawn: kill and reap the child if one was forked; return *pidfd*.
 
     Popen reaps a child whose exec failed. Any other exception after the fork (a
     signal: ``KeyboardInterrupt``) leaves it running; when it came before Popen stored
     the pid (right after ``fork_exec`` returned), the pid is found as our direct child
-    in the tree's cgroup. Not guaranteed without a cgroup: a lost pid stays lost.
+    in the tree's cgroup, or else (a v2 child not yet in it, or no cgroup) as our child
+    holding the spawn's own pipe *pipe_fd*.
     """
     pid: int | None = getattr(popen, "pid", None)
     lost = pid is None
     if pid is None:
         found = tree.our_members()
+        if not found and pipe_fd is not None:
+            holder = tree.holder_of(os.fstat(pipe_fd).st_ino)
+            found = [] if holder is None else [holder]
         if not found:
             return pidfd
         pid = found[0]
@@ -300,7 +306,7 @@ def _build_spawn(spec: SpawnSpec, ws: DirAuthority) -> Spawned:
             os.close(fd)
         if probe is not None:
             os.close(probe)
-        pidfd = _no_survivor(tree, popen, pidfd)
+        pidfd = _no_survivor(tree, popen, pidfd, theirs[-1] if theirs else None)
         if pidfd >= 0:
             os.close(pidfd)
         tree.release()
