@@ -9,7 +9,10 @@ Ratios, measured side by side in one run (interleaved rounds, medians):
    ``os.path.realpath`` of the same path;
 4. atomic write of 512 bytes (``ws.write_bytes``: temp file, fsync, rename, fsync of
    the directory) vs the same steps done plainly without the directory fsync (what
-   ``write_bytes`` did before decision 0014) and with it (the confinement's own cost).
+   ``write_bytes`` did before decision 0014) and with it (the confinement's own cost);
+5. the same write through a final symlink (``link -> target``, written through as
+   decision 0016 says) vs the write to ``target`` itself: the cost of following it
+   (one ``readlinkat`` and one beneath-resolution of the target's directory).
 
 Run: ``python bench/bench_workspace.py``.
 """
@@ -81,6 +84,29 @@ def _writes(name: str, ws: Workspace, root: str, figures: dict[str, float]) -> N
     )
 
 
+def _link_writes(name: str, figures: dict[str, float]) -> None:
+    """On tmpfs where there is one (fsync nearly free there), so the disk's noise does
+    not drown the cost of following the link; both sides on the same file system."""
+    data = b"w" * 512
+    shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
+    with tempfile.TemporaryDirectory(dir=shm) as tmp:
+        os.mkdir(os.path.join(tmp, "src"))
+        os.symlink("target.txt", os.path.join(tmp, "src", "link.txt"))
+        with Workspace(tmp, resolver=name) as ws:
+            r = side_by_side(
+                lambda: ws.write_bytes("src/link.txt", data),
+                lambda: ws.write_bytes("src/target.txt", data),
+                number=WRITES * 10,
+            )
+    figures[f"{name}.write_through_link_vs_direct"] = r["ratio"]
+    figures[f"{name}.write_through_link_us"] = r["candidate_s"] * 1e6
+    print(
+        f"{name:8s} write through a final link vs the target itself "
+        f"({'tmpfs' if shm else 'tmp dir'}): {r['ratio']:.2f}x "
+        f"({r['candidate_s'] * 1e6:.1f} us vs {r['baseline_s'] * 1e6:.1f} us)"
+    )
+
+
 def main() -> None:
     figures: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -137,6 +163,7 @@ def main() -> None:
                     f"({r3['candidate_s'] * 1e6:.1f} us vs {r3['baseline_s'] * 1e6:.1f} us)"
                 )
                 _writes(name, ws, root, figures)
+                _link_writes(name, figures)
     record("workspace", figures)
 
 

@@ -6,6 +6,13 @@ carries structured fields — ``op`` (the operation), ``target`` (the path, host
 argv[0] it concerned; never a full URL query or a secret) and ``reason`` (an enum
 member). Tests and callers branch on ``reason``, never on message text.
 
+``str(err)`` is the message followed by what it concerned, e.g.
+``read_bytes: No such file or directory (path 'src/a.py')``: the target is quoted
+with ``repr`` escaping and any control or other non-printable character in the message
+is escaped the same way, so a file name holding a newline or ESC cannot forge a log
+line or drive a terminal. Data being written, environment values and URL queries are
+never part of an error.
+
 The tree::
 
     FluxSystemError
@@ -166,8 +173,26 @@ class PortReason(enum.Enum):
     AUTH = "auth"
 
 
+def _quote(text: str) -> str:
+    """*text* as a ``repr`` literal: quotes, and every non-printable character escaped."""
+    return str.__repr__(str.__str__(text))
+
+
+def _escape(text: str) -> str:
+    """*text* with each non-printable character (C0/C1 controls, DEL, bidi and other
+    format characters, lone surrogates) replaced by its ``repr`` escape."""
+    plain = str.__str__(text)
+    if plain.isprintable():
+        return plain
+    return "".join(c if c.isprintable() else str.__repr__(c)[1:-1] for c in plain)
+
+
 class FluxSystemError(Exception):
     """Root of every error raised by :mod:`flux_system`.
+
+    ``str()`` is the message (non-printable characters escaped) followed by the
+    target, ``repr``-quoted and labelled (``path``, ``host``, ``command``, ``layer``)
+    unless the message already shows it so.
 
     Attributes:
         op: the operation that failed (``"read_bytes"``, ``"run"``, ``"guard_url"``).
@@ -177,6 +202,7 @@ class FluxSystemError(Exception):
     """
 
     default_reason: ClassVar[enum.Enum | None] = None
+    target_label: ClassVar[str] = "target"  # how str() names the target
 
     def __init__(
         self,
@@ -197,6 +223,16 @@ class FluxSystemError(Exception):
     @property
     def message(self) -> str:
         return str(self.args[0]) if self.args else ""
+
+    def __str__(self) -> str:
+        text = _escape(self.message)
+        target = self.target
+        if not isinstance(target, str):
+            return text
+        shown = _quote(target)
+        if shown in text:
+            return text
+        return f"{text} ({self.target_label} {shown})"
 
     def __reduce__(self) -> tuple[object, ...]:
         return (_rebuild, (type(self), self.message, dict(self.__dict__)))
@@ -223,6 +259,7 @@ class WorkspaceError(FluxSystemError):
     """
 
     reason: WorkspaceReason
+    target_label = "path"
 
     def __init__(
         self,
@@ -260,6 +297,7 @@ class ConfinementError(FluxSystemError):
     """The request would leave, or abuse, the confinement."""
 
     reason: ConfinementReason
+    target_label = "path"
 
     def __init__(
         self, message: str, *, op: str, path: str | None = None, reason: ConfinementReason
@@ -287,6 +325,7 @@ class EgressDeniedError(FluxSystemError):
     """
 
     reason: EgressReason
+    target_label = "host"
 
     def __init__(
         self,
@@ -306,9 +345,13 @@ class EgressDeniedError(FluxSystemError):
 
 
 class ProcessError(FluxSystemError):
-    """A child could not be run to a result (a non-zero exit is a result, not this)."""
+    """A child could not be run to a result (a non-zero exit is a result, not this).
+
+    ``target`` is argv[0] as given (the command), never an argument or the environment.
+    """
 
     reason: ProcessReason
+    target_label = "command"
 
     def __init__(
         self, message: str, *, op: str, target: str | None = None, reason: ProcessReason
@@ -350,6 +393,7 @@ class SandboxUnavailableError(FluxSystemError):
     """
 
     reason: SandboxReason
+    target_label = "layer"
 
     def __init__(
         self, message: str, *, op: str, layer: str | None = None, reason: SandboxReason

@@ -50,6 +50,7 @@ def replace_atomically(
     parentfd: int,
     name: bytes,
     fill: Callable[[int], None],
+    seen: os.stat_result | None,
     *,
     mode: int | None,
     op: str,
@@ -57,28 +58,27 @@ def replace_atomically(
 ) -> None:
     """Atomically make *name* in *parentfd* a regular file whose content *fill* writes.
 
-    The permission bits of a replaced regular file are kept exactly (without
-    setuid/setgid; the umask does not apply: nothing is widened or narrowed). A new
-    file (also one replacing a symlink, which is replaced itself, never written
-    through) is created with *mode* (default ``0o666``) under the umask, as ``cp``
-    and ``open(O_CREAT)`` do.
+    *seen* is the ``lstat`` of *name* the caller took (``None``: missing); the caller
+    has already followed a final symlink and refused directories and special files
+    (:mod:`._through`). The permission bits of a replaced regular file are kept
+    exactly (without setuid/setgid; the umask does not apply: nothing is widened or
+    narrowed). A new file is created with *mode* (default ``0o666``) under the umask,
+    as ``cp`` and ``open(O_CREAT)`` do. Whatever the name has become meanwhile is
+    replaced by the rename, in *parentfd* (a symlink swapped in is replaced itself,
+    never written through).
 
     Raises:
-        WorkspaceError: ``IS_A_DIRECTORY`` when *name* is a directory.
+        WorkspaceError: ``IS_A_DIRECTORY`` when *seen* is a directory.
         OSError: for the caller to map; the temporary file is gone by then.
     """
     keep: int | None = None
-    try:
-        st = os.stat(name, dir_fd=parentfd, follow_symlinks=False)
-    except FileNotFoundError:
-        pass
-    else:
-        if stat.S_ISDIR(st.st_mode):
+    if seen is not None:
+        if stat.S_ISDIR(seen.st_mode):
             raise WorkspaceError(
                 f"{op}: is a directory", op=op, path=display, reason=WorkspaceReason.IS_A_DIRECTORY
             )
-        if stat.S_ISREG(st.st_mode):
-            keep = stat.S_IMODE(st.st_mode) & 0o777
+        if stat.S_ISREG(seen.st_mode):
+            keep = stat.S_IMODE(seen.st_mode) & 0o777
     create_mode = 0o600 if keep is not None else (0o666 if mode is None else mode & 0o777)
     fd = _open_anonymous(parentfd, create_mode)
     if fd < 0:

@@ -322,13 +322,18 @@ class WorkspaceBase:
         parts = [part for part in parent.split(b"/") if part not in (b"", b".")]
         if len(parts) > _MAX_PARENT_DEPTH:
             raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT))
+        # An absolute parent (only the unconfined hatch passes one) starts at "/", never
+        # at the root: "/a/b" must not become "a/b" beneath the root.
+        lead = b"/" if parent.startswith(b"/") else b""
         found, missing = 0, len(parts)  # parts[:found] resolves, parts[:missing] does not
-        fd = self._open(root, b".", DIR, op=op, display=display)
+        fd = self._open(root, lead or b".", DIR, op=op, display=display)
         try:
             while missing - found > 1:
                 mid = (found + missing) // 2
                 try:
-                    nxt = self._open(root, b"/".join(parts[:mid]), DIR, op=op, display=display)
+                    nxt = self._open(
+                        root, lead + b"/".join(parts[:mid]), DIR, op=op, display=display
+                    )
                 except FileNotFoundError:
                     missing = mid
                     continue

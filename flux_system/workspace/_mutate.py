@@ -15,6 +15,7 @@ from flux_system.workspace._link import Links
 from flux_system.workspace._pathname import split_parent
 from flux_system.workspace._rmtree import remove_tree
 from flux_system.workspace._roots import Root
+from flux_system.workspace._through import WriteTargets
 
 __all__ = ["Mutations"]
 
@@ -46,7 +47,7 @@ def _append_all(fd: int, data: Data, size: int) -> None:
         raise
 
 
-class Mutations(Links):
+class Mutations(Links, WriteTargets):
     """Writes, creation, removal, rename and modes (see ``Workspace``)."""
 
     def write_bytes(
@@ -62,17 +63,28 @@ class Mutations(Links):
         replaced file's permission bits are kept (setuid/setgid dropped; a new file
         gets ``0o666`` under the umask); an inode
         shared with another name is never modified (the name is replaced: the other
-        name keeps the old content); a symlink at *path* is replaced itself, never
-        written through. Missing parent directories are created beneath the root
-        unless ``create_parents=False``. Not guaranteed: durability of parent
-        directories it created (only the final directory is fsynced), nor of the
-        rename in a directory the caller may write but not read.
+        name keeps the old content). A final symlink is followed beneath the root, as
+        ``open(2)`` and Go's ``os.Root`` do: a link whose target lies inside is
+        written *through* (the link is kept; the target — created if the link dangles
+        — is replaced in its own directory, opened beneath the root by fd); a link
+        whose target leaves the root (absolute, ``..`` above it, through another link)
+        is refused and nothing is created. A directory, a FIFO, socket or device, and
+        a trailing ``/`` on something that is not a directory are refused, never
+        replaced. Missing parent directories of *path* are created beneath the root
+        unless ``create_parents=False`` (never those of a link's target). Not
+        guaranteed: durability of parent directories it created (only the final
+        directory is fsynced), nor of the rename in a directory the caller may write
+        but not read; a special file swapped in for the name after it was looked at
+        is replaced (by rename, never opened).
 
         Raises:
             TypeError: *data* is not bytes-like.
-            PathEscapeError, InvalidPathError, NotFoundError (missing parent with
-            ``create_parents=False``), WorkspaceError: ``READ_ONLY``,
-            ``IS_A_DIRECTORY``, ``BAD_NAME``, ``NO_SPACE``, ...
+            PathEscapeError: the path or a final link's target leaves the root
+                (``ESCAPE``, ``ABSOLUTE_SYMLINK``, ``SYMLINK_LOOP``, ...).
+            InvalidPathError, NotFoundError (missing parent with
+            ``create_parents=False``, or of a link's target), WorkspaceError:
+            ``READ_ONLY``, ``IS_A_DIRECTORY``, ``NOT_A_DIRECTORY``, ``SPECIAL_FILE``,
+            ``BAD_NAME``, ``NO_SPACE``, ...
         """
         op = "write_bytes"
         payload = check_data(data)
@@ -104,14 +116,23 @@ class Mutations(Links):
         with self._mapped(root, op, display):
             pfd = self._parent_fd(root, parent, create=create_parents, op=op, display=display)
             try:
-                replace_atomically(pfd, name, fill, mode=mode, op=op, display=display)
+                dirfd, final, seen = self._write_target(
+                    root, pfd, parent, name, op=op, display=display
+                )
+                try:
+                    replace_atomically(dirfd, final, fill, seen, mode=mode, op=op, display=display)
+                finally:
+                    if dirfd != pfd:
+                        os.close(dirfd)
             finally:
                 os.close(pfd)
 
     def append_bytes(self, path: str | os.PathLike[str], data: Data) -> None:
         """Append *data* to the regular file *path* (created if missing).
 
-        A final symlink is followed beneath the root. Guarantee: refuses a file whose
+        A final symlink is followed beneath the root (written through, the link kept;
+        one whose target leaves the root is ``PathEscapeError``, nothing created).
+        Guarantee: refuses a file whose
         inode another name shares (``HARD_LINK``) and anything not a regular file
         (``SPECIAL_FILE``: an existing one is refused before it is opened, so a device's
         driver ``open`` never runs and a FIFO never blocks) before writing a byte; a
@@ -172,7 +193,9 @@ class Mutations(Links):
 
         The new file takes the permission bits of a replaced *dst*, else those of *src*
         under the umask (setuid/setgid dropped). Guarantee: as :meth:`read_bytes` for *src* and
-        :meth:`write_bytes` for *dst*; an error names the side at fault.
+        :meth:`write_bytes` for *dst* (a final symlink at *dst* is written through
+        beneath the root, one leading outside refused); an error names the side at
+        fault.
         """
         op = "copy"
         sroot, srel, sdisplay = self._locate(src, op)

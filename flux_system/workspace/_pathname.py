@@ -107,19 +107,23 @@ def check_target(target: object, *, op: str) -> bytes:
 
 
 def split_parent(rel: bytes) -> tuple[bytes, bytes, bool]:
-    """Split a relative path into ``(parent, name, trailing_slash)``.
+    """Split a path into ``(parent, name, trailing_slash)``.
 
-    ``parent`` is ``b"."`` when *rel* has one component. ``name`` may be ``b"."`` or
-    ``b".."`` — callers that act on a final name refuse those.
+    ``parent`` is ``b"."`` when a relative *rel* has one component. An absolute *rel*
+    (only the ``unconfined`` hatch passes one) keeps its meaning: ``b"/x"`` splits into
+    ``(b"/", b"x")`` — never ``b"."``, which would name the root's own directory — and
+    ``b"/"`` (or ``b"///"``) into ``(b"/", b".")``. ``name`` may be ``b"."`` or ``b".."``
+    — callers that act on a final name refuse those.
     """
     stripped = rel.rstrip(b"/")
     trailing = len(stripped) != len(rel)
+    top = b"/" if rel.startswith(b"/") else b"."
     if not stripped:
-        return b".", b".", trailing
+        return top, b".", trailing
     head, sep, name = stripped.rpartition(b"/")
     if not sep:
         return b".", name, trailing
-    return (head or b"."), name, trailing
+    return (head or top), name, trailing
 
 
 _EMPTY = ConfinementReason.EMPTY

@@ -60,7 +60,9 @@ def _too_deep(op: str, display: str, what: str) -> WorkspaceError:
 def walk_tree(topfd: int, prefix: str, *, max_entries: int, op: str, display: str) -> list[str]:
     """Pre-order, sorted walk of the directory *topfd* (borrowed, not closed).
 
-    Returns paths ``prefix + relative/name``. Directories are listed and entered by
+    Returns paths ``prefix + relative/name``, each meaning the same file when passed
+    back: with an empty *prefix*, a top-level name beginning with ``@`` is returned as
+    ``./@name`` (``@name`` would address a named root). Directories are listed and entered by
     ``openat(O_DIRECTORY|O_NOFOLLOW)`` relative to their parent's fd: a symlink is
     listed, never entered, even if it replaced a directory after listing.
 
@@ -82,7 +84,8 @@ def walk_tree(topfd: int, prefix: str, *, max_entries: int, op: str, display: st
                     os.close(fd)
                 continue
             name, is_dir = items.pop()
-            rel = base + name
+            # "@x" at the top would address the named root "x" when passed back
+            rel = base + name if base or name[:1] != "@" else "./" + name
             # str length <= encoded length, so only long paths pay for the encode
             if len(rel) > _MAX_PATH_BYTES // 4 and len(os.fsencode(rel)) > _MAX_PATH_BYTES:
                 raise _too_deep(op, display, f"path longer than {_MAX_PATH_BYTES} bytes")

@@ -93,10 +93,11 @@ class Workspace(Mutations):
     roots are reachable only that way and only for reading. A path is ``str`` or
     ``os.PathLike[str]`` (bytes and anything else: ``TypeError`` naming the argument);
     a file literally named ``@x`` is ``"./@x"``. A final symlink is followed (beneath
-    the root) by reads, :meth:`append_bytes`, :meth:`stat`, :meth:`chmod`,
-    :meth:`exists`; it is acted on itself by :meth:`write_bytes` (replaced),
-    :meth:`remove` and :meth:`rename`. A trailing ``/`` asks for a directory and
-    follows a final symlink, as in POSIX.
+    the root) by reads, every write (:meth:`write_bytes`, :meth:`copy`'s destination,
+    :meth:`append_bytes`: written *through*, the link kept), :meth:`stat`,
+    :meth:`chmod`, :meth:`exists`; it is acted on itself by :meth:`remove` and
+    :meth:`rename`. A trailing ``/`` asks for a directory and follows a final symlink,
+    as in POSIX.
 
     Guarantee: no operation reads, creates, changes or deletes anything outside its
     root: no ``..`` (even transiently), no symlink (absolute, relative, dangling,
@@ -258,6 +259,11 @@ class Workspace(Mutations):
     def list_dir(self, path: str | os.PathLike[str] = ".") -> list[str]:
         """Sorted names in the directory *path* beneath its root (no ``.``/``..``).
 
+        These are names, not paths: join them to *path* to address an entry. A name
+        beginning with ``@`` in the main root (``@data``) must be passed back as
+        ``./@data`` — a bare ``@data/...`` addresses the named root ``data``
+        (:meth:`walk` returns such paths already spelled that way).
+
         Raises:
             WorkspaceError: ``NOT_A_DIRECTORY``, ``TOO_MANY_ENTRIES`` past 1,000,000, ...
         """
@@ -276,8 +282,13 @@ class Workspace(Mutations):
         """Every entry beneath the directory *path*, pre-order, names sorted.
 
         Paths are returned joined to *path* as given (``walk("src")`` gives
-        ``"src/a.py"``; ``walk(".")`` gives ``"a.py"``). Symlinks are listed and never
-        followed, even one swapped in for a directory mid-walk.
+        ``"src/a.py"``; ``walk(".")`` gives ``"a.py"``). Guarantee: each path means the
+        same file when passed back to this workspace — under ``walk(".")`` an entry
+        ``@data`` of the main root comes back as ``"./@data"`` and its contents as
+        ``"./@data/..."`` (``"@data/..."`` would address the named root ``data``).
+        Symlinks are listed and never followed, even one swapped in for a directory
+        mid-walk. Not guaranteed: names holding control characters come back as they
+        are, and the API refuses them (``CONTROL_BYTE``).
 
         Raises:
             WorkspaceError: ``TOO_MANY_ENTRIES`` past *max_entries* (no silent

@@ -373,7 +373,7 @@ class Expect:
     error: bool  # an error allowed
     reasons: frozenset[str] | None = None  # allowed reason values (None: any flux error)
     cls: type[Exception] = FluxSystemError
-    ok_check: str = "follow"  # follow | link | replace_or_follow | lstat_or_follow | none
+    ok_check: str = "follow"  # follow | link | lstat | lstat_or_follow | none
     bool_value: bool | None = None  # exists/is_dir: the one allowed value, if success
 
 
@@ -407,8 +407,8 @@ def expectation(case: Mapping[str, Any], op: str) -> Expect:
                 return Expect(ok=True, error=False, ok_check="link")
             if op in ("mkdir", "symlink"):
                 return Expect(ok=False, error=True, reasons=_with(reasons, "exists"))
-            if op in ("write_bytes", "copy_to"):
-                return Expect(ok=True, error=True, reasons=reasons, cls=cls, ok_check="replace")
+            # write_bytes/copy_to follow a final link beneath the root: an escaping one
+            # is refused like any other escape (DESIGN §2.2; decision 0016)
             if op == "stat":
                 return Expect(ok=True, error=True, reasons=reasons, cls=cls, ok_check="lstat")
             if op == "walk":
@@ -424,8 +424,6 @@ def expectation(case: Mapping[str, Any], op: str) -> Expect:
             return Expect(ok=True, error=False, ok_check="link")
         if op in ("mkdir", "symlink"):
             return Expect(ok=False, error=True, reasons=frozenset({"exists"}))
-        if op in ("write_bytes", "copy_to"):
-            return Expect(ok=True, error=False, ok_check="replace_or_follow")
         if op == "stat":
             return Expect(ok=True, error=False, ok_check="lstat_or_follow")
     return Expect(ok=True, error=False)
@@ -730,11 +728,6 @@ def _check_ok(run: OpRun, result: Any) -> None:
     if exp.ok_check == "link":
         _check_link_op(op, prep, root, add)
         return
-    if exp.ok_check == "replace":
-        link = prep.link
-        if link is not None and _content(link) != _expected_written(op):
-            add("mismatch", f"{op} on an escaping link succeeded but did not replace the link")
-        return
     if op == "stat":
         kind = getattr(getattr(result, "kind", None), "value", None)
         if exp.ok_check == "lstat":
@@ -774,7 +767,7 @@ def _check_link_op(op: str, prep: Prepared, root: Path, add: Callable[[str, str]
 
 
 def _check_follow(run: OpRun, t: Path, result: Any) -> None:
-    case, op, exp, prep, layout, add = run.case, run.op, run.exp, run.prep, run.layout, run.add
+    case, op, prep, layout, add = run.case, run.op, run.prep, run.layout, run.add
     root = layout.root
     want = prep.pre
     if op in ("read_bytes", "open_read"):
@@ -798,15 +791,10 @@ def _check_follow(run: OpRun, t: Path, result: Any) -> None:
         if Path(result) != real:
             add("mismatch", f"resolve returned {result}, expected {real}")
     elif op in ("write_bytes", "copy_to"):
-        data = _expected_written(op)
-        ok_follow = _content(t) == data
-        ok_replace = (
-            exp.ok_check == "replace_or_follow"
-            and prep.link is not None
-            and _content(prep.link) == data
-        )
-        if not (ok_follow or ok_replace):
+        if _content(t) != _expected_written(op):
             add("mismatch", f"{op} did not leave the data at the target")
+        if prep.link is not None and not os.path.islink(prep.link):
+            add("mismatch", f"{op} replaced the final symlink instead of writing through it")
     elif op == "append_bytes":
         if _content(t) != (want or b"") + DATA:
             add("mismatch", f"append_bytes left {_content(t)!r:.60}")

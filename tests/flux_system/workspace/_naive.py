@@ -129,3 +129,14 @@ class NaiveWorkspace(PlainWorkspace):
                 f"{op}: outside the root", op=op, path=path, reason=ConfinementReason.ESCAPE
             )
         return real
+
+
+class CheckThenJoinWorkspace(NaiveWorkspace):
+    """``realpath`` check as :class:`NaiveWorkspace`, then use the *caller's* joined
+    path, so the kernel re-resolves it, final symlink included: the common "validate,
+    then open what was asked for" pattern. A final link exchanged between the check and
+    the open sends a write outside."""
+
+    def _path(self, path: str, op: str) -> str:
+        super()._path(path, op)
+        return os.path.join(self.root, path)

@@ -177,3 +177,28 @@ def test_a_file_replaced_while_read_is_read_whole_never_refused(kind: str, tmp_p
     finally:
         stop.set()
         thread.join(10)
+
+
+@pytest.mark.parametrize("kind", WORKSPACES)
+def test_writes_refuse_special_files_and_leave_them_in_place(
+    kind: str, special: Path, tmp_path: Path
+) -> None:
+    """``write_bytes`` and ``copy`` onto a FIFO, socket or device (directly or through
+    a link) refuse with ``SPECIAL_FILE`` instead of renaming a regular file over the
+    node; the node stays the same inode and nothing opens it."""
+    root = special.parent
+    (root / "link").symlink_to("node")
+    (root / "src").write_bytes(b"source")
+    before = os.lstat(special)
+    watch = OpenWatch(special)
+    try:
+        with _workspace(kind, root) as ws:
+            for name in ("node", "link", "./node"):
+                _refused_unopened(watch, lambda n=name: ws.write_bytes(n, b"x"))
+                _refused_unopened(watch, lambda n=name: ws.copy("src", n))
+    finally:
+        watch.close()
+    after = os.lstat(special)
+    assert (after.st_ino, after.st_mode) == (before.st_ino, before.st_mode)
+    assert os.readlink(root / "link") == "node"
+    assert sorted(os.listdir(root)) == ["link", "node", "src"]  # no temp file left

@@ -41,7 +41,7 @@ from tests.flux_system.workspace._escape_harness import (
     renameat2_number,
     scratch_dir,
 )
-from tests.flux_system.workspace._naive import NaiveWorkspace
+from tests.flux_system.workspace._naive import CheckThenJoinWorkspace, NaiveWorkspace
 from tests.flux_system.workspace._ws_support import RESOLVERS, resolver  # noqa: F401
 
 RACE_SECONDS = 1.0  # how long the workspace works under attack, per case
@@ -111,7 +111,16 @@ def where(tmp_path: Path) -> Iterator[Path]:
 
 # Inside, "sw" is a directory and "swlink" a symlink to ../OUT; the attacker exchanges
 # the two names. OUT holds canaries under the same names the workspace works on.
-SW_TREE = ["sw/file", "sw/x", "sw/tree/a/b/leaf", "swlink => ../OUT"]
+# "swl" and "swnew" are final links *through* sw: writes follow them (decision 0016), so
+# while sw is the link to OUT they would lead outside.
+SW_TREE = [
+    "sw/file",
+    "sw/x",
+    "sw/tree/a/b/leaf",
+    "swlink => ../OUT",
+    "swl => sw/file",
+    "swnew => sw/brandnew",
+]
 OUT_TREE = ["OUT/file", "OUT/x", "OUT/tree/a/b/leaf", "OUT/new", "OUT/appended"]
 
 
@@ -194,9 +203,18 @@ def _remove(ws: WorkspaceLike, t: Tally, i: int) -> None:
     _attempt(t, lambda: ws.write_bytes("sw/x", b"x again"))
 
 
+def _write_through(ws: WorkspaceLike, t: Tally, i: int) -> None:
+    _attempt(t, lambda: ws.write_bytes("swl", b"through %d" % i))
+    _attempt(t, lambda: ws.copy("sw/x", "swl"))
+    _attempt(t, lambda: ws.append_bytes("swl", b"."))
+    _attempt(t, lambda: ws.write_bytes("swnew", b"dangling made"))  # creates sw/brandnew
+    _attempt(t, lambda: ws.remove("sw/brandnew"))  # dangling again for the next round
+
+
 OPS: dict[str, Callable[[WorkspaceLike, Tally, int], None]] = {
     "read": _read,
     "write": _write,
+    "write_through": _write_through,
     "create": _create,
     "rename": _rename,
     "remove_recursive": _remove,
@@ -437,3 +455,69 @@ def test_hard_link_swapped_in_never_gets_written(resolver: str, where: Path) -> 
     assert tally.ok > 0, tally
     assert "hard_link" in tally.reasons, "the workspace never met the swapped-in hard link"
     assert snap.diff() == []
+
+
+# The final component itself is exchanged: "fl" (what the workspace writes to) swaps
+# with "flout", a link to an outside file, while "fl" is a link to a file inside, a
+# plain file, or a dangling link inside. Each write follows "fl" when it is a link
+# (decision 0016): looked at, read and resolved in separate steps, any of which the
+# swap may fall between.
+FINAL_SWAPS: dict[str, list[str]] = {
+    "link_for_link": ["inside_t", "fl => inside_t", "flout => ../OUT/file"],
+    "file_for_link": ["fl", "flout => ../OUT/file"],
+    "dangling_for_link": ["fl => made", "flout => ../OUT/new"],
+    "dir_link_for_link": ["d/t", "fl => d/t", "flout => ../OUT/d/canary"],
+}
+
+
+def _final_writes(ws: WorkspaceLike, t: Tally, i: int) -> None:
+    _attempt(t, lambda: ws.write_bytes("fl", b"w %d" % i))
+    _attempt(t, lambda: ws.copy("src", "fl"))
+    _attempt(t, lambda: ws.append_bytes("fl", b"."))
+    if i % 4 == 0:
+        _attempt(t, lambda: ws.remove("made"))  # the dangling case dangles again
+
+
+def _final_layout(where: Path, kind: str) -> Layout:
+    return build_layout(
+        where, {"fs": [*FINAL_SWAPS[kind], "src"], "outside_fs": ["OUT/file", "OUT/d/canary"]}
+    )
+
+
+@pytest.mark.parametrize("kind", sorted(FINAL_SWAPS))
+def test_final_link_exchanged_never_writes_outside(kind: str, resolver: str, where: Path) -> None:
+    layout = _final_layout(where, kind)
+    tally = Tally()
+    snap = OutsideSnapshot(layout)
+    with Workspace(str(layout.root), resolver=resolver) as ws:
+        with attacker(layout.root / "fl", layout.root / "flout") as attack:
+            deadline = time.monotonic() + RACE_SECONDS
+            i = 0
+            while time.monotonic() < deadline:
+                _final_writes(ws, tally, i)
+                i += 1
+    assert attack.swaps > 0, "the attacker never swapped: the race was not real"
+    assert tally.ok > 0, "no write succeeded under attack: nothing was raced"
+    assert tally.refused > 0, "the workspace never met the swapped-in link to outside"
+    assert snap.diff() == []
+
+
+@pytest.mark.parametrize("kind", sorted(FINAL_SWAPS))
+def test_naive_write_through_escapes_under_the_final_swap(kind: str, where: Path) -> None:
+    """The control: "realpath, check, then open the caller's path" writes outside under
+    the same exchange, so the test above can fail."""
+    layout = _final_layout(where, kind)
+    before = _fingerprint(layout.out)
+    naive = CheckThenJoinWorkspace(str(layout.root))
+    tally = Tally()
+    escaped = False
+    with attacker(layout.root / "fl", layout.root / "flout") as attack:
+        deadline = time.monotonic() + NAIVE_BOUND_SECONDS
+        i = 0
+        while not escaped and time.monotonic() < deadline:
+            with contextlib.suppress(OSError):
+                _final_writes(naive, tally, i)
+            i += 1
+            escaped = _fingerprint(layout.out) != before
+    assert attack.swaps > 0
+    assert escaped, f"naive write through {kind} never escaped in {i} rounds"

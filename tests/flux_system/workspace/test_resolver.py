@@ -75,9 +75,12 @@ def test_dangling_symlink_out_on_create(ws: Workspace, root: Path, outside: Path
     with pytest.raises(PathEscapeError):
         ws.append_bytes("dangling", b"x")
     assert not (outside / "new").exists()
-    ws.write_bytes("dangling", b"x")  # replaces the link itself
+    with pytest.raises(PathEscapeError):
+        ws.write_bytes("dangling", b"x")  # followed beneath the root: refused (DESIGN §2.2)
+    with pytest.raises(PathEscapeError):
+        ws.copy("dangling", "dangling")
     assert not (outside / "new").exists()
-    assert (root / "dangling").read_bytes() == b"x"
+    assert os.readlink(root / "dangling") == "../outside/new"  # the link is kept
 
 
 @pytest.mark.parametrize("path", ["root/etc/passwd", "cwd/x", "fd/0", "exe"])

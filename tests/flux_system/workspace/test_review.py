@@ -134,18 +134,18 @@ def _mode(path: Path) -> int:
 def test_copy_to_new_file_honours_umask(root: Path, resolver: str) -> None:
     (root / "src").write_bytes(b"s")
     os.chmod(root / "src", 0o666)
-    (root / "t").write_bytes(b"")
-    (root / "link").symlink_to("t")
+    (root / "link").symlink_to("t")  # dangling: t does not exist yet
 
     def child() -> tuple[int, int, int]:
         os.umask(0o077)
         with Workspace(root, resolver=resolver) as w:
             w.copy("src", "new")
-            w.copy("src", "link")  # a symlink at dst is replaced: a new file too
+            w.copy("src", "link")  # written through the link: t is a new file too
             w.write_bytes("written", b"w")
-        return _mode(root / "new"), _mode(root / "link"), _mode(root / "written")
+        return _mode(root / "new"), _mode(root / "t"), _mode(root / "written")
 
     assert in_child(child) == (0o600, 0o600, 0o600)
+    assert os.readlink(root / "link") == "t"
 
 
 def test_replace_keeps_mode_regardless_of_umask(root: Path, resolver: str) -> None:

@@ -157,3 +157,35 @@ def test_unconfined_still_validates(root: Path, resolver: str) -> None:
         with pytest.raises(WorkspaceError) as info:
             ws.read_bytes("fifo")
         assert info.value.reason is WorkspaceReason.SPECIAL_FILE
+
+
+def test_walk_names_under_an_at_directory_address_the_same_file(
+    root: Path, extra: Path, resolver: str
+) -> None:
+    """A directory literally named ``@data`` in the main root (planted by a child):
+    ``walk(".")`` must spell it ``./@data/...``; fed back, ``@data/...`` would read —
+    or remove — the named root ``data`` instead."""
+    (extra / "important.txt").write_bytes(b"named root: keep")
+    (root / "@data").mkdir()
+    (root / "@data" / "important.txt").write_bytes(b"planted")
+    (root / "@data" / "sub").mkdir()
+    (root / "plain").write_bytes(b"p")
+    named = {"data": NamedRoot(extra, writable=True)}
+    with Workspace(root, named_roots=named, resolver=resolver) as ws:
+        listed = ws.walk(".")
+        assert listed == [
+            "./@data",
+            "./@data/important.txt",
+            "./@data/sub",
+            "plain",
+        ]
+        assert ws.walk("./") == listed
+        assert ws.read_bytes(listed[1]) == b"planted"
+        assert ws.list_dir(".") == ["@data", "plain"]  # names, joined by the caller
+        assert ws.walk("./@data") == ["./@data/important.txt", "./@data/sub"]
+        assert ws.walk("@data") == ["@data/important.txt", "@data/sub", "@data/sub/f"]
+        for path in listed[::-1]:
+            ws.remove(path)
+        assert ws.list_dir(".") == []
+    assert (extra / "important.txt").read_bytes() == b"named root: keep"
+    assert (extra / "sub").is_dir()
