@@ -25,7 +25,7 @@ import os
 import threading
 import typing
 
-from flux_system.process import _hierarchy
+from flux_system.process._hierarchy import detect
 from flux_system.process._lease import MAX_NESTED, Lease
 
 __all__ = [
@@ -126,7 +126,7 @@ def _take_base() -> _Base | None:
             made = False
             path = ""
             try:
-                found = _hierarchy.detect()
+                found = detect()
                 if found is None:
                     raise FileNotFoundError("no cgroup hierarchy mounted")
                 _remove_stale(found.own)
