@@ -11,8 +11,8 @@ Guarantee: the child gets only fds 0/1/2 (``close_fds``), an environment built b
 :func:`flux_system.process._env.build_env` (the allow-listed part snapshotted when the
 ``System`` was created) and :func:`~flux_system.process._env.over`, its own session and
 process group (``setsid``: no controlling terminal, so no ``/dev/tty`` and no ``TIOCSTI``
-into the caller's terminal) and (when the host allows) its own pids cgroup; an error
-leaves no process and no fd behind.
+into the caller's terminal) and (when the host allows) its own cgroup (v1 pids or v2);
+an error leaves no process and no fd behind.
 """
 
 from __future__ import annotations
@@ -209,7 +209,7 @@ def _build_spawn(spec: SpawnSpec, ws: DirAuthority) -> Spawned:
     if nproc is not None and child_uid == 0 and not tree.limits_processes:
         tree.release()
         raise SpawnError(
-            "a process limit cannot be enforced for a root child without a pids cgroup",
+            "a process limit cannot be enforced for a root child without a pids-limited cgroup",
             op="run",
             target=target,
             reason=ProcessReason.LIMIT_UNENFORCEABLE,
