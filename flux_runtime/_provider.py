@@ -12,8 +12,8 @@ import typing
 from dataclasses import dataclass
 from typing import Any
 
-from flux_runtime import _files
 from flux_runtime._errors import EnvelopeError, EnvelopeReason
+from flux_runtime._files import read_text
 
 __all__ = ["ModelRequest", "Provider", "ScriptedProvider"]
 
@@ -41,7 +41,7 @@ class ScriptedProvider:
     @classmethod
     def from_file(cls, path: str) -> ScriptedProvider:
         try:
-            text = _files.read_text(path)
+            text = read_text(path)
         except (OSError, ValueError) as exc:
             raise EnvelopeError(
                 f"cannot read the script: {exc}",

@@ -19,8 +19,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from flux_runtime import _files
 from flux_runtime._errors import EnvelopeError, EnvelopeReason
+from flux_runtime._files import open_sqlite, real_path
 
 __all__ = ["SessionStore", "check_outside", "default_store_path"]
 
@@ -44,9 +44,9 @@ def check_outside(store_path: str, writable_roots: list[str]) -> None:
     Raises:
         EnvelopeError: SESSION naming the store path.
     """
-    where = _files.real_path(store_path)
+    where = real_path(store_path)
     for root in writable_roots:
-        base = _files.real_path(root)
+        base = real_path(root)
         if where == base or where.startswith(base.rstrip("/") + "/"):
             raise EnvelopeError(
                 "the session store must not live inside a writable root of the workspace",
@@ -71,7 +71,7 @@ class SessionStore:
     def __init__(self, path: str) -> None:
         self.path = path
         try:
-            self._db = _files.open_sqlite(path)
+            self._db = open_sqlite(path)
             self._db.executescript(_SCHEMA)
         except (OSError, sqlite3.Error) as exc:
             raise _fail(exc, path) from None
