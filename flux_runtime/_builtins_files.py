@@ -148,6 +148,11 @@ def _patch(s: Substrate, inp: Mapping[str, Any]) -> Result:
     return Result({"path": path, "edits": len(inp["edits"])}, f"patched {path}")
 
 
+def _remove(s: Substrate, inp: Mapping[str, Any]) -> Result:
+    s.files.remove(inp["path"], recursive=bool(inp.get("recursive", False)))
+    return Result({"path": inp["path"], "removed": True}, f"removed {inp['path']}")
+
+
 _EDIT = _obj({"old": {"type": "string", "minLength": 1}, "new": {"type": "string"}}, ["old", "new"])
 
 
@@ -269,6 +274,16 @@ def file_operations() -> list[Operation]:
             med,
             False,
             _patch,
+            _path_res,
+        ),
+        Operation(
+            "remove",
+            "Delete a file (or a directory tree with recursive).",
+            _obj({"path": _PATH, "recursive": {"type": "boolean"}}, ["path"]),
+            frozenset({"write", "filesystem"}),
+            Risk.DESTRUCTIVE,
+            True,
+            _remove,
             _path_res,
         ),
     ]

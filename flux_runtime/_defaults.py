@@ -27,7 +27,7 @@ resources = ["workspace", "workspace/**", "process/git", "system/clock"]
 [[grant]]
 id = "agent-writes-ask"
 subjects = ["**"]
-actions = ["write", "append", "edit", "patch"]
+actions = ["write", "append", "edit", "patch", "remove"]
 resources = ["workspace/**"]
 requires_approval = true
 

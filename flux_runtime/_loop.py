@@ -88,7 +88,7 @@ class Turn:
     ) -> None:
         self.ex, self.provider, self.store, self.approver = executor, provider, store, approver
         self.caller, self.bounds, self.show = caller, bounds or Bounds(), show
-        self.book = book or ReceiptBook(store)
+        self.book = book or ReceiptBook(store, key=store.receipt_key())
 
     # -- entry points --------------------------------------------------------------
     def start(self, prompt: str, session: str | None = None) -> TurnResult:

@@ -27,6 +27,7 @@ __all__ = ["SessionStore", "check_outside", "default_store_path"]
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (id TEXT PRIMARY KEY, state TEXT NOT NULL,
   status TEXT NOT NULL, updated REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS receipts (id TEXT PRIMARY KEY, session TEXT NOT NULL,
   consumed REAL NOT NULL);
 """
@@ -110,6 +111,19 @@ class SessionStore:
         except sqlite3.Error as exc:
             raise _fail(exc, session) from None
         return True
+
+    def receipt_key(self) -> bytes:
+        """This store's receipt MAC key (made once, kept outside the workspace)."""
+        try:
+            self._db.execute(
+                "INSERT OR IGNORE INTO meta(name, value) VALUES ('receipt_key', ?)",
+                (os.urandom(32),),
+            )
+            row = self._db.execute("SELECT value FROM meta WHERE name = 'receipt_key'").fetchone()
+        except sqlite3.Error as exc:
+            raise _fail(exc, self.path) from None
+        key: bytes = row[0]
+        return key
 
     def close(self) -> None:
         self._db.close()
