@@ -70,7 +70,7 @@ def test_declined_prompt_changes_nothing(tmp_path: Path) -> None:
 def test_same_demo_against_a_served_substrate(tmp_path: Path) -> None:
     ws = _ws(tmp_path)
     with served(ws) as srv:
-        code, out, err = _run(
+        code, _, err = _run(
             tmp_path,
             "--model",
             f"scripted:{DEMO}",
