@@ -37,6 +37,8 @@ __all__ = ["Call", "Context", "EvidenceSink", "Executor", "Outcome", "PolicyEval
 
 _REF = re.compile(r"secret:(?:env|file)/[A-Za-z0-9_./-]+")
 EXCERPT = 2000
+_SHORTEST = 6  # bytes: no registered pattern is shorter (flux_secret's variants floor)
+VIEW_EXCERPT = 512  # of a successful result's view, in its evidence record
 
 
 class EvidenceSink(typing.Protocol):
@@ -125,7 +127,7 @@ class Executor:
                     reason=EnvelopeReason.NOT_OFFERED,
                 )
             inp = dict(call.input) if isinstance(call.input, Mapping) else call.input
-            record["input"] = self.redactor.redact_obj(inp)
+            record["input"] = self._redact_tree(inp, {})
             problems = validate(inp, op.schema)
             if problems:
                 raise EnvelopeError(
@@ -243,8 +245,33 @@ class Executor:
         return raw if isinstance(raw, str) else raw.decode("utf-8", "replace")
 
     def _redacted(self, name: str, result: Result) -> Outcome:
-        content = self.redactor.redact_obj(result.content)
-        return Outcome(name, True, content, self.redactor.redact(result.view))
+        memo: dict[str, str] = {}  # each distinct string redacted once (view == content text)
+        content = self._redact_tree(result.content, memo)
+        return Outcome(name, True, content, self._redact_str(result.view, memo))
+
+    def _redact_str(self, text: str, memo: dict[str, str]) -> str:
+        # Every pattern a Redactor matches is at least 6 bytes long (flux_secret.variants).
+        if len(text) < _SHORTEST and len(text.encode("utf-8", "surrogatepass")) < _SHORTEST:
+            return text
+        done = memo.get(text)
+        if done is None:
+            done = memo[text] = self.redactor.redact(text)
+        return done
+
+    def _redact_tree(self, value: Any, memo: dict[str, str]) -> Any:
+        """Redact every str (keys included) and bytes in a JSON-like tree; other
+        objects go through the redactor's own structure walk."""
+        if isinstance(value, str):
+            return self._redact_str(value, memo)
+        if isinstance(value, dict):
+            return {
+                self._redact_tree(k, memo): self._redact_tree(v, memo) for k, v in value.items()
+            }
+        if isinstance(value, list | tuple):
+            return [self._redact_tree(v, memo) for v in value]
+        if value is None or isinstance(value, bool | int | float):
+            return value
+        return self.redactor.redact_obj(value)
 
     def _failed(self, name: str, reason: EnvelopeReason, message: str) -> Outcome:
         text = self.redactor.redact(message)[:EXCERPT]
