@@ -60,16 +60,19 @@ def main() -> None:
         assert ex.dispatch(call, ctx).ok
         text = (root / "f.txt").read_text()
         op = catalog.get("read")
-        now = dt.datetime.now(dt.UTC)
-        req = Request("agent", "read", "workspace/f.txt", now=now)
-        record_data = {"op": "read", "input": {"path": "f.txt"}, "view": text[:2000]}
+        record_data = next(r.data for r in log if r.kind == "operation")  # a real one
 
         total = side_by_side(
             lambda: ex.dispatch(call, ctx), lambda: ws.read_bytes("f.txt"), number=NUMBER
         )
         stages = {
             "validation_us": time_per_call(lambda: validate(call.input, op.schema), number=NUMBER),
-            "policy_us": time_per_call(lambda: evaluator.evaluate(req), number=NUMBER),
+            "policy_us": time_per_call(
+                lambda: evaluator.evaluate(
+                    Request("agent", "read", "workspace/f.txt", now=dt.datetime.now(dt.UTC))
+                ),
+                number=NUMBER,
+            ),
             "redaction_us": time_per_call(
                 lambda: (
                     redactor.redact_obj({"path": "f.txt", "text": text}),

@@ -38,7 +38,7 @@ __all__ = ["Call", "Context", "EvidenceSink", "Executor", "Outcome", "PolicyEval
 _REF = re.compile(r"secret:(?:env|file)/[A-Za-z0-9_./-]+")
 EXCERPT = 2000
 _SHORTEST = 6  # bytes: no registered pattern is shorter (flux_secret's variants floor)
-VIEW_EXCERPT = 512  # of a successful result's view, in its evidence record
+VIEW_EXCERPT = 160  # of a successful result's view, in its evidence record
 
 
 class EvidenceSink(typing.Protocol):
