@@ -194,7 +194,16 @@ class Turn:
         req = ModelRequest(stage, st["model_calls"], tuple(st["messages"]), ops, STAGE_TAGS[stage])
         st["model_calls"] += 1
         began = time.monotonic()
-        reply = self.provider.complete(req)
+        try:
+            reply = self.provider.complete(req)
+        except EnvelopeError:
+            raise
+        except Exception as exc:  # the guard refused, the server failed: the turn stops
+            raise EnvelopeError(
+                self.ex.redactor.redact(f"{type(exc).__name__}: {exc}")[:1000],
+                op=stage,
+                reason=EnvelopeReason.PROVIDER_FAILED,
+            ) from None
         wall = time.monotonic() - began
         schema_size = sum(len(str(o["input_schema"])) for o in ops)
         if self.show is not None:

@@ -1,6 +1,8 @@
 """``flux run "PROMPT"``: one agent turn through the envelope.
 
-``flux run "PROMPT" --model scripted:FILE [--workspace DIR | --substrate unix:PATH]
+``flux run "PROMPT" --model scripted:FILE|openai:MODEL [--base-url URL]
+[--api-key secret:env/KEY] [--allow-host H] [--allow-private CIDR]
+[--workspace DIR | --substrate unix:PATH]
 [--approve prompt|deny|auto-low] [--policy FILE]... [--evidence FILE]
 [--max-model-calls N] [--max-iterations N] [--show-loop] [--resume ID]
 [--sandbox off|on|require] [--profile P]``
@@ -43,7 +45,16 @@ def register(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("prompt", metavar="PROMPT", help="the request (with --resume: the answer)")
-    p.add_argument("--model", required=True, metavar="scripted:FILE")
+    p.add_argument("--model", required=True, metavar="scripted:FILE|openai:MODEL")
+    p.add_argument("--base-url", default="https://api.openai.com/v1", metavar="URL")
+    p.add_argument(
+        "--api-key",
+        default=None,
+        metavar="secret:env/KEY",
+        help="the provider's key, as a secret: reference (none by default)",
+    )
+    p.add_argument("--allow-host", action="append", default=[], metavar="H")
+    p.add_argument("--allow-private", action="append", default=[], metavar="CIDR")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--workspace", default=".", metavar="DIR")
     where.add_argument("--substrate", default=None, metavar="unix:PATH")
@@ -82,6 +93,31 @@ def _sandbox(args: argparse.Namespace, ws: Any) -> Any:
         return None
 
 
+def _openai(args: argparse.Namespace, model: str, secrets: Any) -> Any:
+    """The chat-completions provider; its traffic crosses the egress guard, reaching
+    only the base URL's host (plus --allow-host), private ranges only by --allow-private."""
+    from urllib.parse import urlsplit
+
+    from flux_runtime._openai import ChatCompletionsProvider
+    from flux_system.net import EgressPolicy, PrivateNetAllow, guarded_client
+    from flux_system.port import GuardedHttp
+
+    url = urlsplit(args.base_url)
+    host = url.hostname or ""
+    port = url.port or (443 if url.scheme == "https" else 80)
+    allow = PrivateNetAllow(hosts=args.allow_host, cidrs=args.allow_private)
+    client = guarded_client(
+        allow=allow, ports=[port], policy=EgressPolicy(allow_hosts=[host, *args.allow_host])
+    )
+    key = None
+    if args.api_key:
+        key = secrets.resolve(args.api_key).expose_secret()  # registered with the redactor
+        key = key if isinstance(key, str) else key.decode()
+    return ChatCompletionsProvider(
+        GuardedHttp(client), base_url=args.base_url, model=model, api_key=key
+    )
+
+
 def _main(args: argparse.Namespace) -> int:
     from flux_evidence import EvidenceError, EvidenceLog, verify
     from flux_policy import IndexedEvaluator, PolicyLoadError, load_policies
@@ -100,19 +136,24 @@ def _main(args: argparse.Namespace) -> int:
         default_store_path,
     )
     from flux_runtime._session import check_outside
-    from flux_secret import Redactor, SecretResolver
+    from flux_secret import Redactor, SecretError, SecretResolver
     from flux_system import FluxSystemError, Workspace
     from flux_system.port import Substrate
 
     kind, _, target = args.model.partition(":")
-    if kind != "scripted" or not target:
-        _err(f"--model must be scripted:FILE, not {args.model!r}")
+    if kind not in ("scripted", "openai") or not target:
+        _err(f"--model must be scripted:FILE or openai:MODEL, not {args.model!r}")
         return EXIT_USAGE
+    redactor = Redactor()
+    secrets = SecretResolver(environ=dict(os.environ), redactor=redactor)
     try:
         bounds = Bounds(args.max_model_calls, args.max_iterations)
-        provider = ScriptedProvider.from_file(target)
+        if kind == "scripted":
+            provider: Any = ScriptedProvider.from_file(target)
+        else:
+            provider = _openai(args, target, secrets)
         policy = load_policies(args.policy) if args.policy else default_policy()
-    except (EnvelopeError, PolicyLoadError) as exc:
+    except (EnvelopeError, PolicyLoadError, SecretError, ValueError, FluxSystemError) as exc:
         _err(str(exc))
         return EXIT_USAGE
     closers: list[Any] = []
@@ -145,8 +186,6 @@ def _main(args: argparse.Namespace) -> int:
         for c in reversed(closers):
             c.close()
         return EXIT_USAGE
-    redactor = Redactor()
-    secrets = SecretResolver(environ=dict(os.environ), redactor=redactor)
     executor = Executor(
         substrate,
         default_catalog(),
