@@ -138,7 +138,7 @@ def _main(args: argparse.Namespace) -> int:
     from flux_runtime._session import check_outside
     from flux_secret import Redactor, SecretError, SecretResolver
     from flux_system import FluxSystemError, Workspace
-    from flux_system.port import Substrate
+    from flux_system.port import Substrate, Unserved
 
     kind, _, target = args.model.partition(":")
     if kind not in ("scripted", "openai") or not target:
@@ -169,7 +169,12 @@ def _main(args: argparse.Namespace) -> int:
             system = _sandbox(args, ws)
             if system is not None:
                 closers.append(system)
-            substrate = Substrate.native(ws, processes=system)
+            substrate = Substrate.native(
+                ws,
+                processes=system
+                if system is not None
+                else Unserved(f"this run (--sandbox {args.sandbox}: no sandbox available)"),
+            )
             roots = [args.workspace]
         closers.append(substrate)
         state = args.state or default_store_path()
@@ -223,7 +228,7 @@ def _main(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     print(f"flux run: session {result.session}: {result.status}", file=sys.stderr)
     for o in result.outcomes:
-        mark = "ok" if o.get("ok") else f"FAILED ({o.get('reason')})"
+        mark = "ok" if o.get("ok") else f"FAILED ({o.get('reason')}): {o.get('error') or ''}"[:300]
         print(f"  {o.get('op')}: {mark}", file=sys.stderr)
     if result.status == "done":
         print(result.answer or "")

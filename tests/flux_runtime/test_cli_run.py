@@ -129,3 +129,30 @@ def test_untagged_reply_fails_the_turn(tmp_path: Path) -> None:
     script.write_text('"sure, I will do it"\n')
     code, _, err = _run(tmp_path, "--model", f"scripted:{script}", "--workspace", str(ws), "go")
     assert code == 1 and "received str" in err and "records verified" in err
+
+
+def _proc_script(tmp_path: Path) -> Path:
+    script = tmp_path / "proc.jsonl"
+    run = {"op": "proc.run", "input": {"argv": ["sh", "-c", "echo ran > ran.txt"]}}
+    script.write_text(
+        '{"type": "intent", "intent": "change"}\n'
+        + json.dumps({"type": "calls", "calls": [run]})
+        + '\n{"type": "done"}\n{"type": "answer", "text": "ok"}\n'
+    )
+    return script
+
+
+def test_processes_never_run_unconfined_without_sandbox_off(tmp_path: Path) -> None:
+    import importlib.util
+
+    ws = _ws(tmp_path)
+    script = _proc_script(tmp_path)
+    args = ("--model", f"scripted:{script}", "--workspace", str(ws), "go")
+    code, _, err = _run(tmp_path, "--sandbox", "off", *args, input=b"y\n")
+    assert code == 0 and (ws / "ran.txt").exists(), err  # positive control
+    (ws / "ran.txt").unlink()
+    if importlib.util.find_spec("flux_system.sandbox") is None:
+        for mode in ("require", "on"):
+            code, _, err = _run(tmp_path, "--sandbox", mode, *args, input=b"y\n")
+            assert "no sandbox available" in err and "proc.run: FAILED" in err
+            assert not (ws / "ran.txt").exists()
