@@ -165,6 +165,19 @@ class Executor:
         )
         return outcome
 
+    def admissible(self, call: Call, ctx: Context) -> bool:
+        """Whether *call* names a known, offered operation with valid input that the
+        policy does not deny — checked without running or recording anything (the loop
+        captures only admissible calls; the rest are dispatched to be refused)."""
+        if call.op not in self.catalog or not isinstance(call.input, Mapping):
+            return False
+        op = self.catalog.get(call.op)
+        if ctx.offered is not None and op.name not in ctx.offered:
+            return False
+        if validate(dict(call.input), op.schema):
+            return False
+        return self._decide(op, call.input, ctx).effect is not Effect.DENY
+
     def _decide(self, op: Operation, inp: Mapping[str, Any], ctx: Context) -> Decision:
         now = dt.datetime.now(dt.UTC)
         worst: Decision | None = None

@@ -275,15 +275,16 @@ class Turn:
         for raw in calls:
             op = raw.get("op") if isinstance(raw, dict) else None
             inp = raw.get("input", {}) if isinstance(raw, dict) else {}
-            known = isinstance(op, str) and op in self.ex.catalog and op in st["offered"]
-            if known and not self.ex.catalog.get(str(op)).gather_safe and isinstance(inp, dict):
+            call = Call(str(op), inp if isinstance(inp, dict) else {})
+            ok = isinstance(op, str) and isinstance(inp, dict) and self.ex.admissible(call, ctx)
+            if ok and not self.ex.catalog.get(str(op)).gather_safe:
                 st["pending"].append({"op": op, "input": inp})
                 self._log(st, "capture", {"op": op, "input": self.ex.redactor.redact_obj(inp)})
                 st["messages"].append(
                     {"role": "tool", "op": op, "content": "captured for approval"}
                 )
                 continue
-            outcome = self.ex.dispatch(Call(str(op), inp if isinstance(inp, dict) else {}), ctx)
+            outcome = self.ex.dispatch(call, ctx)  # runs a read, or records the refusal
             st["messages"].append({"role": "tool", "op": outcome.op, "content": outcome.view})
 
     def _approve(self, st: dict[str, Any]) -> None:

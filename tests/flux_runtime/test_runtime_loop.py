@@ -288,3 +288,19 @@ def test_failed_action_skips_the_rest(tmp_path: Path) -> None:
         assert not (r.root / "after.txt").exists()
         (stopped,) = [x.data for x in r.records() if x.kind == "batch.stopped"]
         assert stopped["skipped"] == 1
+
+
+def test_inadmissible_calls_are_refused_not_captured(tmp_path: Path) -> None:
+    with rig(tmp_path) as r:
+        bad = calls(
+            ("write", {"path": ".env", "content": "x"}),  # policy denies
+            ("write", {"path": "a"}),  # invalid input
+            ("no_such_op", {}),
+        )
+        approver = ScriptedApprover([True])
+        result = r.turn([intent(), bad, DONE, answer()], approver).start("go")
+        assert result.status == "done"
+        assert approver.seen == []  # nothing reached the approver
+        reasons = [o["reason"] for o in r.ops()]
+        assert reasons == ["policy_denied", "invalid_input", "unknown_operation"]
+        assert "capture" not in r.kinds() and not (r.root / ".env").exists()
