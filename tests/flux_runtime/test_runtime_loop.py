@@ -304,3 +304,14 @@ def test_inadmissible_calls_are_refused_not_captured(tmp_path: Path) -> None:
         reasons = [o["reason"] for o in r.ops()]
         assert reasons == ["policy_denied", "invalid_input", "unknown_operation"]
         assert "capture" not in r.kinds() and not (r.root / ".env").exists()
+
+
+def test_model_call_bound_counts_across_resumes(tmp_path: Path) -> None:
+    with rig(tmp_path) as r:
+        script = [intent(), {"type": "question", "question": "?"}, DONE, answer()]
+        bounds = Bounds(max_model_calls=2)
+        first = r.turn(script, bounds=bounds).start("go")
+        assert first.status == "suspended"
+        again = r.turn(script, bounds=bounds).resume(first.session, "a")
+        assert again.error is not None
+        assert again.error.reason is EnvelopeReason.MODEL_CALLS_EXCEEDED
