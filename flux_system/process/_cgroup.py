@@ -1,81 +1,62 @@
-"""Per-tree pids cgroups (cgroup v1): a per-System pool, recursive membership, removal.
+"""Per-tree cgroups (v1 ``pids`` or v2): a per-System pool, removal, the base.
 
-Layout: ``<our pids cgroup>/flux-<pid>/t<N>``, one ``t<N>`` per live tree. The
-``flux-<pid>`` base exists while some :class:`CgroupPool` is open or still has a lease
-out; it is removed with the last one (and at interpreter exit, after every child was
-killed and reaped — :mod:`flux_system.process._system` orders that).
+Layout: ``<our cgroup>/flux-<pid>/t<N>``, one ``t<N>`` per live tree, in the hierarchy
+:func:`flux_system.process._hierarchy.detect` chose. The ``flux-<pid>`` base exists
+while some :class:`CgroupPool` is open or still has a lease out; it is removed with the
+last one (and at interpreter exit, after every child was killed and reaped —
+:mod:`flux_system.process._system` orders that). On v2 the base enables the ``pids``
+controller for its trees when our cgroup offers it (docs/decisions/0025).
 
-Guarantee: a lease is handed to a new tree only when it is empty — no task charged to
-it (``pids.current == 0``: not even a zombie) and no nested cgroup below it — so two
-trees never share a cgroup. A lease that is not provably empty is removed instead, and
-its nested cgroups (which a root child, e.g. a nested flux process, may have created)
-are removed bottom-up with it.
-Not guaranteed: a root child can move itself out of its cgroup (``tasks`` of any
-cgroup is writable by root); containment of root children needs the sandbox (§2.5).
+Guarantee: a lease is handed to a new tree only when it is verifiably empty — no task
+charged to it (``pids.current == 0``: not even a zombie), not populated (v2), no nested
+cgroup below it — so two trees never share a cgroup. A lease that is not provably empty
+is removed instead, and its nested cgroups (which a root child, e.g. a nested flux
+process, may have created) are removed bottom-up with it.
+Not guaranteed: a root child can move itself out of its cgroup (``cgroup.procs`` of
+any cgroup is writable by root); containment of root children needs the sandbox (§2.5).
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
-import errno
 import itertools
 import os
 import threading
 import typing
 
+from flux_system.process._hierarchy import detect
+from flux_system.process._lease import MAX_NESTED, Lease
+
 __all__ = [
     "POOL_MAX",
     "CgroupPool",
     "Lease",
+    "hierarchy_version",
     "pids_hierarchy_available",
+    "process_limit_available",
     "remove_leftovers",
     "remove_tree",
 ]
 
-_PIDS_ROOT = "/sys/fs/cgroup/pids"
-POOL_MAX = 4  # empty cgroups one System keeps for reuse (each holds four fds)
-# Cgroup directories walked below one tree's cgroup (a root child may create them).
-_MAX_NESTED = 256
+POOL_MAX = 4  # empty cgroups one System keeps for reuse (each holds three or four fds)
 # Stale per-process cgroups looked at when this process creates its own.
 _MAX_STALE = 4096
-_READ = 1 << 16
-_RD = os.O_RDONLY | os.O_CLOEXEC
 _WR = os.O_WRONLY | os.O_CLOEXEC
 
 _lock = threading.Lock()
 _counter = itertools.count()
 
 
-def _write(path: str, text: str) -> None:
-    fd = os.open(path, _WR)
-    try:
-        os.write(fd, text.encode("ascii"))
-    finally:
-        os.close(fd)
-
-
-def _pread_all(fd: int) -> bytes:
-    """The whole content of a cgroup file (seq_file: re-generated at offset 0)."""
-    chunks: list[bytes] = []
-    offset = 0
-    while True:
-        data = os.pread(fd, _READ, offset)
-        if not data:
-            return b"".join(chunks)
-        chunks.append(data)
-        offset += len(data)
-
-
 def remove_tree(path: str) -> bool:
     """rmdir *path* and the cgroups nested below it, bottom-up; whether it is gone.
 
     Only empty cgroups can be removed (the kernel refuses a populated one), so this
-    never disturbs a live process. At most :data:`_MAX_NESTED` directories are visited.
+    never disturbs a live process. At most :data:`MAX_NESTED` directories are visited.
     """
     order: list[str] = []
     stack = [path]
-    while stack and len(order) < _MAX_NESTED:
+    while stack and len(order) < MAX_NESTED:
         here = stack.pop()
         order.append(here)
         with contextlib.suppress(OSError), os.scandir(here) as it:
@@ -97,13 +78,16 @@ def _remove_stale(here: str) -> None:
 
 @typing.final
 class _Base:
-    """``flux-<pid>``: the parent of this process's tree cgroups, and the way home."""
+    """``flux-<pid>``: the parent of this process's tree cgroups, and (v1) the way home."""
 
-    __slots__ = ("home_tasks", "path", "users")
+    __slots__ = ("home_tasks", "path", "pids", "proc", "users", "version")
 
-    def __init__(self, path: str, home_tasks: int) -> None:
+    def __init__(self, path: str, proc: str, version: int, home_tasks: int, pids: bool) -> None:
         self.path = path
-        self.home_tasks = home_tasks  # our own cgroup's ``tasks``: a thread moves back
+        self.pids = pids  # whether the tree cgroups get pids.max
+        self.proc = proc
+        self.version = version
+        self.home_tasks = home_tasks  # v1: our own cgroup's ``tasks``; a thread moves back
         self.users = 0
 
 
@@ -111,13 +95,27 @@ _base: _Base | None = None
 _unavailable = False
 
 
-def _own_pids_cgroup() -> str | None:
-    with open("/proc/self/cgroup", encoding="ascii") as fh:
-        for line in fh:
-            parts = line.rstrip("\n").split(":", 2)
-            if len(parts) == 3 and "pids" in parts[1].split(","):
-                return os.path.join(_PIDS_ROOT, parts[2].lstrip("/"))
-    return None
+def _v2_usable(path: str) -> bool:
+    """Raise unless processes can live in v2 cgroups below *path*; enable ``pids``.
+
+    A cgroup whose type is not ``domain`` (threaded, or ``domain invalid``) refuses
+    whole processes. ``pids`` is enabled for the trees when *path* is offered it;
+    returns whether the trees get ``pids.max``.
+    """
+    with open(os.path.join(path, "cgroup.type"), encoding="ascii") as fh:
+        kind = fh.read().strip()
+    if kind != "domain":
+        raise PermissionError(f"cgroup type {kind}")
+    with open(os.path.join(path, "cgroup.controllers"), encoding="ascii") as fh:
+        offered = fh.read().split()
+    if "pids" in offered:
+        with (
+            contextlib.suppress(OSError),
+            open(os.path.join(path, "cgroup.subtree_control"), "w", encoding="ascii") as fh,
+        ):
+            fh.write("+pids")
+    with open(os.path.join(path, "cgroup.subtree_control"), encoding="ascii") as fh:
+        return "pids" in fh.read().split()
 
 
 def _take_base() -> _Base | None:
@@ -125,16 +123,31 @@ def _take_base() -> _Base | None:
     global _base, _unavailable  # noqa: PLW0603 - one base per process
     with _lock:
         if _base is None and not _unavailable:
+            made = False
+            path = ""
             try:
-                here = _own_pids_cgroup()
-                if here is None:
-                    raise FileNotFoundError(errno.ENOENT, "no pids hierarchy")
-                _remove_stale(here)
-                path = os.path.join(here, f"flux-{os.getpid()}")
-                with contextlib.suppress(FileExistsError):
+                found = detect()
+                if found is None:
+                    raise FileNotFoundError("no cgroup hierarchy mounted")
+                _remove_stale(found.own)
+                name = f"flux-{os.getpid()}"
+                path = os.path.join(found.own, name)
+                try:
                     os.mkdir(path, 0o700)
-                _base = _Base(path, os.open(os.path.join(here, "tasks"), _WR))
+                    made = True
+                except FileExistsError:
+                    pass
+                home = -1
+                if found.version == 1:
+                    home = os.open(os.path.join(found.own, "tasks"), _WR)
+                    pids = True
+                else:
+                    pids = _v2_usable(path)
+                proc = found.proc.rstrip("/") + "/" + name
+                _base = _Base(path, proc, found.version, home, pids)
             except OSError:
+                if made:
+                    remove_tree(path)
                 _unavailable = True
         if _base is not None:
             _base.users += 1
@@ -148,96 +161,41 @@ def _drop_base(base: _Base) -> None:
         if base.users > 0 or _base is not base:
             return
         _base = None
-    remove_tree(base.path)
-    os.close(base.home_tasks)
+        # Under the lock: a pool taking a new base meanwhile makes the same directory,
+        # and this removal must not take that pool's fresh (empty) tree cgroups too.
+        remove_tree(base.path)
+    if base.home_tasks >= 0:
+        os.close(base.home_tasks)
 
 
 def pids_hierarchy_available() -> bool:
-    """Whether trees can get their own pids cgroup on this host."""
+    """Whether trees can get their own cgroup on this host (v1 ``pids`` or v2)."""
+    return hierarchy_version() is not None
+
+
+def process_limit_available() -> bool:
+    """Whether tree cgroups get ``pids.max`` (a process limit that holds for root)."""
     base = _take_base()
     if base is None:
         return False
+    pids = base.pids
     _drop_base(base)
-    return True
+    return pids
 
 
-@typing.final
-class Lease:
-    """One tree's cgroup, held by exactly one tree until released to its pool."""
-
-    __slots__ = ("_current", "_dir", "_max", "_procs", "_tasks", "max_set", "path")
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self.max_set = False
-        self._max: int | None = None
-        self._dir = self._tasks = self._procs = self._current = -1
-        try:
-            self._dir = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-            self._tasks = os.open(os.path.join(path, "tasks"), _WR)
-            self._procs = os.open(os.path.join(path, "cgroup.procs"), _RD)
-            self._current = os.open(os.path.join(path, "pids.current"), _RD)
-        except OSError:
-            self.close_fds()
-            raise
-
-    def enter(self, tid: bytes) -> None:
-        """Move the thread *tid* into this cgroup (v1 moves single threads)."""
-        os.write(self._tasks, tid)
-
-    @property
-    def frozen(self) -> bool:
-        """Whether forks are refused (``pids.max`` 0, set by a kill)."""
-        return self._max == 0
-
-    def set_max(self, value: int | None) -> None:
-        _write(os.path.join(self.path, "pids.max"), "max" if value is None else str(value))
-        self.max_set = value is not None
-        self._max = value
-
-    def current(self) -> int:
-        """Tasks charged here and below, zombies included (they uncharge when reaped)."""
-        return int(os.pread(self._current, 64, 0))
-
-    def members(self) -> list[int]:
-        """Live processes in this cgroup and every cgroup nested below it (bounded)."""
-        pids = [int(x) for x in _pread_all(self._procs).split()]
-        if os.fstat(self._dir).st_nlink <= 2:  # kernfs: 2 + number of subdirectories
-            return pids
-        stack: list[str] = []
-        with contextlib.suppress(OSError), os.scandir(self.path) as it:
-            stack.extend(e.path for e in it if e.is_dir(follow_symlinks=False))
-        seen = 1
-        while stack and seen < _MAX_NESTED:
-            here = stack.pop()
-            seen += 1
-            with contextlib.suppress(OSError):
-                with open(os.path.join(here, "cgroup.procs"), "rb") as fh:
-                    pids.extend(int(x) for x in fh.read().split())
-                with os.scandir(here) as it:
-                    stack.extend(e.path for e in it if e.is_dir(follow_symlinks=False))
-        return pids
-
-    def reusable(self, known_empty: bool) -> bool:
-        """Empty and flat: nothing charged (known or read) and no nested cgroup."""
-        try:
-            if os.fstat(self._dir).st_nlink != 2:
-                return False
-            return known_empty or self.current() == 0
-        except (OSError, ValueError):
-            return False
-
-    def close_fds(self) -> None:
-        for fd in (self._dir, self._tasks, self._procs, self._current):
-            if fd >= 0:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
-        self._dir = self._tasks = self._procs = self._current = -1
+def hierarchy_version() -> int | None:
+    """1 or 2: the hierarchy trees get their own cgroup in; ``None`` when unavailable."""
+    base = _take_base()
+    if base is None:
+        return None
+    version = base.version
+    _drop_base(base)
+    return version
 
 
 @typing.final
 class CgroupPool:
-    """The pids cgroups of one ``System``'s trees: made on demand, reused when empty.
+    """The cgroups of one ``System``'s trees: made on demand, reused when verifiably empty.
 
     Guarantee: after :meth:`close` and the release of every lease handed out, none of
     this pool's cgroups remains (nor the base, once no other pool uses it).
@@ -270,10 +228,11 @@ class CgroupPool:
                     return None
             base = self._base
             self._out += 1
-        path = os.path.join(base.path, f"t{next(_counter)}")
+        name = f"t{next(_counter)}"
+        path = os.path.join(base.path, name)
         try:
             os.mkdir(path, 0o700)
-            return Lease(path)
+            return Lease(path, f"{base.proc}/{name}", base.version)
         except OSError:
             with contextlib.suppress(OSError):
                 os.rmdir(path)
@@ -281,7 +240,7 @@ class CgroupPool:
             return None
 
     def home(self) -> int:
-        """The fd of our own cgroup's ``tasks`` (valid while a lease is out)."""
+        """v1: the fd of our own cgroup's ``tasks`` (valid while a lease is out)."""
         assert self._base is not None
         return self._base.home_tasks
 

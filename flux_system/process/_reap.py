@@ -1,21 +1,24 @@
 """Process trees: who belongs to a child's tree, and killing + reaping all of it.
 
-Mechanism (docs/decisions/0020, 0021): every child leads its own process group; when
-a writable cgroup v1 ``pids`` hierarchy exists, each tree also gets its own pids
-cgroup (a :class:`~flux_system.process._cgroup.Lease`), entered by the spawning *thread* just
-around the fork (v1 moves single threads), so the child is born inside it with no code
-between fork and exec. A descendant can leave a process group (``setsid``) but not a
-cgroup; the cgroup is the tree's identity and its ``pids.max`` enforces a process limit
-even for root. The parent is a child subreaper, so orphans of the tree are re-parented
-to it and reaped here, not left as zombies.
+Mechanism (docs/decisions/0020, 0021, 0024, 0025): every child leads its own process
+group and, when a usable cgroup hierarchy exists, gets its own tree cgroup (a
+:class:`~flux_system.process._lease.Lease`). On cgroup v1 (``pids``) the spawning
+*thread* enters it just around the fork (v1 moves single threads), so the child is born
+inside it with no code between fork and exec; on v2, which moves whole processes only,
+the child writes itself into ``cgroup.procs`` before exec (a ``preexec_fn``, paid only
+on v2). A descendant can leave a process group (``setsid``) but not a cgroup; the
+cgroup is the tree's identity and its ``pids.max`` (v1, or v2 when delegated) enforces
+a process limit even for root. The parent is a child subreaper, so orphans of the tree
+are re-parented to it and reaped here, not left as zombies.
 
-Guarantee (with the cgroup): after :meth:`Tree.kill` returns, no process of the tree
-is alive, including daemonised ``setsid`` double-forked grandchildren and processes in
-cgroups nested below the tree's. The leader is reaped only by :meth:`Tree.reap`, under
-the same lock as :meth:`Tree.kill` and after marking the tree closed, so a kill never
-signals a process group or pid that was reused. Without a writable cgroup only the
-process group and live descendants are killed, and :attr:`Tree.contained` is
-``False`` so callers can report it.
+Guarantee (with the cgroup): after :meth:`Tree.kill` returns ``True``, no process of
+the tree is alive, including daemonised ``setsid`` double-forked grandchildren,
+processes whose main thread exited and processes in cgroups nested below the tree's.
+The leader is reaped only by :meth:`Tree.reap`, under the same lock as
+:meth:`Tree.kill` and after marking the tree closed, so a kill never signals a process
+group or pid that was reused. Without a usable cgroup only the process group and live
+descendants are killed, and :attr:`Tree.contained` is ``False`` so callers can report
+it.
 """
 
 from __future__ import annotations
@@ -24,24 +27,26 @@ import contextlib
 import ctypes
 import ctypes.util
 import os
-import select
 import signal
 import threading
-import time
 import typing
 from collections.abc import Callable
 
 from flux_system.process._cgroup import CgroupPool, Lease, pids_hierarchy_available
+from flux_system.process._members import (
+    child_holding,
+    group_and_session,
+    kill_v1,
+    kill_v2,
+    our_children,
+    reap_unseen_zombies_v1,
+    reap_zombies_v2,
+    wait_readable,
+)
 
 __all__ = ["Tree", "cgroup_available", "ensure_subreaper"]
 
 _PR_SET_CHILD_SUBREAPER = 36
-_PIDS_PREFIX = "/sys/fs/cgroup/pids"
-# Kill rounds over cgroup.procs before giving up: each round SIGKILLs every member, so
-# only a member that forked between the read and the kill survives a round.
-_MAX_KILL_ROUNDS = 1000
-# How long one kill round waits for SIGKILLed members to exit (D-state can delay it).
-_EXIT_WAIT_S = 2.0
 # Bound on the recursive /proc descendant walk of the fallback path.
 _MAX_DESCENDANTS = 65536
 
@@ -81,126 +86,14 @@ def ensure_subreaper() -> None:
         _subreaper_set = True
 
 
+def _live_leaders() -> set[int]:
+    with _lock:
+        return set(_leaders)
+
+
 def cgroup_available() -> bool:
     """Whether trees get their own pids cgroup on this host."""
     return pids_hierarchy_available()
-
-
-def _group_and_session(pid: int) -> tuple[str, int, int] | None:
-    """``(state, pgid, sid)`` of *pid* from ``/proc/PID/stat``, or None if gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            raw = fh.read()
-    except OSError:
-        return None
-    fields = raw[raw.rfind(b")") + 2 :].split()
-    try:
-        return fields[0].decode("ascii"), int(fields[2]), int(fields[3])
-    except (IndexError, ValueError):
-        return None
-
-
-def _in_cgroup(pid: int, rel: str) -> bool:
-    """Whether live *pid* is in the pids cgroup *rel* or below it (``/proc/PID/cgroup``).
-
-    An exiting task shows ``/`` on v1 hierarchies: it is not (or no longer) a member.
-    """
-    try:
-        with open(f"/proc/{pid}/cgroup", encoding="ascii") as fh:
-            for line in fh:
-                parts = line.rstrip("\n").split(":", 2)
-                if len(parts) == 3 and "pids" in parts[1].split(","):
-                    return parts[2] == rel or parts[2].startswith(rel + "/")
-    except OSError:
-        pass
-    return False
-
-
-def _wait_readable(fds: list[int], budget_s: float | None) -> None:
-    poller = select.poll()
-    for fd in fds:
-        poller.register(fd, select.POLLIN)
-    pending = len(fds)
-    end = None if budget_s is None else time.monotonic() + budget_s
-    while pending:
-        if end is None:
-            wait_ms = None
-        else:
-            left = end - time.monotonic()
-            if left <= 0:
-                return
-            wait_ms = int(left * 1000) + 1
-        for fd, _ in poller.poll(wait_ms):
-            poller.unregister(fd)
-            pending -= 1
-
-
-def _exited(pidfd: int) -> bool:
-    """Whether the process of *pidfd* has exited (every thread; maybe not yet reaped)."""
-    poller = select.poll()
-    poller.register(pidfd, select.POLLIN)
-    return bool(poller.poll(0))
-
-
-def _our_children() -> list[int]:
-    """Our children (direct and subreaper-adopted), bounded."""
-    me = os.getpid()
-    kids: list[int] = []
-    with contextlib.suppress(OSError):
-        for tid in os.listdir(f"/proc/{me}/task"):
-            path = f"/proc/{me}/task/{tid}/children"
-            with contextlib.suppress(OSError), open(path, encoding="ascii") as fh:
-                kids.extend(int(x) for x in fh.read().split())
-    return kids[:_MAX_DESCENDANTS]
-
-
-def _zombie_children() -> frozenset[int]:
-    """Our zombie children that are not the leader of a tree (those have owners)."""
-    with _lock:
-        leaders = set(_leaders)
-    out = set()
-    for pid in _our_children():
-        ids = _group_and_session(pid)
-        if pid not in leaders and ids is not None and ids[0] == "Z":
-            out.add(pid)
-    return frozenset(out)
-
-
-def _reap_unseen_zombies(lease: Lease) -> None:
-    """Reap the zombies the tree left that no kill round ever saw alive.
-
-    A member that exited before any kill (a ``setsid`` fork-and-exit chain leaves one
-    per hop) is re-parented to us as a zombie with a pgid and session we never saw, and
-    shows ``/`` as its v1 cgroup. It is still charged to the tree's cgroup until reaped,
-    and with every member dead it is our child. So when our non-leader zombie children
-    are exactly as many as the zombies charged to the tree (``pids.current`` less the
-    unreaped leader), read twice around the count to catch a change, they are the
-    tree's: reap them. Otherwise (another zombie child of ours is pending, e.g. a
-    concurrent tree's or the application's own) nothing is reaped: never a child that
-    may be someone else's.
-    """
-    try:
-        if lease.current() <= 1:
-            return
-        before = _zombie_children()
-        charged = lease.current() - 1
-        after = _zombie_children()
-    except (OSError, ValueError):
-        return
-    if not after or before != after or len(after) != charged:
-        return
-    for pid in after:
-        try:
-            pidfd = os.pidfd_open(pid)
-        except OSError:
-            continue
-        try:  # the pidfd pins it: still our zombie, or reaped by someone else meanwhile
-            ids = _group_and_session(pid)
-            if ids is not None and ids[0] == "Z":
-                with contextlib.suppress(ChildProcessError, OSError):
-                    os.waitid(os.P_PIDFD, pidfd, os.WEXITED | os.WNOHANG)
-        finally:
-            os.close(pidfd)
 
 
 @typing.final
@@ -221,6 +114,7 @@ class Tree:
         "_pool",
         "contained",
         "leader_fd",
+        "limits_processes",
         "pgid",
     )
 
@@ -233,14 +127,17 @@ class Tree:
         self._nproc = nproc
         self._pool = pool
         lease: Lease | None = pool.acquire()
-        if lease is not None and nproc is not None:
+        if lease is not None and nproc is not None and lease.has_pids:
             try:
-                lease.set_max(nproc + 1)  # +1: the spawning thread is a member while it forks
+                # v1: +1, the spawning thread is a member while it forks.
+                lease.set_max(nproc + 1 if lease.version == 1 else nproc)
             except OSError:
                 pool.release(lease, known_empty=False)
                 lease = None
         self._lease = lease
         self.contained = lease is not None
+        # Whether pids.max holds the tree's process count (a root child's nproc).
+        self.limits_processes = lease is not None and lease.has_pids
 
     def enter(self, tid: bytes) -> None:
         """Move this thread (native id *tid*, ASCII) into the tree's cgroup for the fork.
@@ -249,13 +146,13 @@ class Tree:
         ``try``/``finally``, passing the same *tid* (the calling thread's own).
         """
         lease = self._lease
-        if lease is not None:
+        if lease is not None and lease.version == 1:
             lease.enter(tid)
 
     def leave(self, tid: bytes) -> None:
         """Move this thread back to our own cgroup (after the fork, success or not)."""
         lease = self._lease
-        if lease is None:
+        if lease is None or lease.version != 1:
             return
         # The limit first: once this thread has left, the child could fork up to the
         # nproc + 1 the fork needed. (A v1 move is never refused by pids.max.)
@@ -264,12 +161,43 @@ class Tree:
                 lease.set_max(self._nproc)
         os.write(self._pool.home(), tid)
 
+    def child_preexec(self, inner: Callable[[], None] | None) -> Callable[[], None] | None:
+        """The ``preexec_fn`` for the child: *inner*, preceded on v2 by the cgroup entry.
+
+        v2 moves whole processes only, so the child writes ``0`` (itself) into the
+        tree's ``cgroup.procs`` through an fd opened here, before exec and before
+        *inner* applies limits; a failed write fails the spawn (never an uncontained
+        child). v1 and no cgroup: *inner* unchanged (the vfork fast path stays).
+        """
+        lease = self._lease
+        if lease is None or lease.version != 2:
+            return inner
+        entry = lease.entry_fd
+        write = os.write
+
+        def _enter_tree_cgroup() -> None:
+            write(entry, b"0")
+            if inner is not None:
+                inner()
+
+        return _enter_tree_cgroup
+
+    def cgroup_gone(self) -> bool:
+        """Whether the tree's cgroup was removed under us (a failed entry's cause)."""
+        lease = self._lease
+        return lease is not None and not os.path.isdir(lease.path)
+
     def started(self, pid: int, pidfd: int) -> None:
         """Record the leader: its pid is the tree's pgid; *pidfd* pins its identity."""
         self.pgid = pid
         self.leader_fd = pidfd
         with _lock:
             _leaders.add(pid)
+
+    @staticmethod
+    def holder_of(inode: int) -> int | None:
+        """Our child holding the pipe *inode* (a spawn's pid lost to a signal)."""
+        return child_holding(inode, _live_leaders())
 
     def our_members(self) -> list[int]:
         """Our direct children in the tree's cgroup (a leader whose pid was lost)."""
@@ -280,7 +208,7 @@ class Tree:
             members = set(lease.members())
         except OSError:
             return []
-        return [pid for pid in _our_children() if pid in members]
+        return [pid for pid in our_children() if pid in members]
 
     def kill(self, *, leader_exited: bool = False) -> bool:
         """SIGKILL every process of the tree and reap the re-parented ones.
@@ -299,8 +227,12 @@ class Tree:
         lease = self._lease
         if lease is not None and leader_exited:
             with contextlib.suppress(OSError, ValueError):
-                if lease.current() <= 1:  # only the exited, unreaped leader: none alive
-                    self._known_empty = True
+                if lease.has_pids:
+                    if lease.current() <= 1:  # only the exited, unreaped leader: none alive
+                        self._known_empty = True
+                        return True
+                elif not lease.populated():  # v2 without pids: zombies do not populate
+                    reap_zombies_v2(lease, _live_leaders())
                     return True
         if self.leader_fd >= 0 and not leader_exited:
             with contextlib.suppress(OSError):
@@ -314,66 +246,16 @@ class Tree:
             self._kill_descendants(self.pgid)
             self._reap_adopted(self.pgid, groups, sessions)
             return False
-        empty = self._kill_members(lease, groups, sessions)
+        if lease.version == 2:
+            empty = kill_v2(lease, groups, sessions)
+            self._reap_adopted(self.pgid, groups, sessions)
+            reap_zombies_v2(lease, _live_leaders())
+            return empty
+        empty = kill_v1(lease, groups, sessions)
         self._reap_adopted(self.pgid, groups, sessions)
         if empty:
-            _reap_unseen_zombies(lease)
+            reap_unseen_zombies_v1(lease, _live_leaders())
         return empty
-
-    def _kill_members(self, lease: Lease, groups: set[int], sessions: set[int]) -> bool:
-        rel = lease.path.removeprefix(_PIDS_PREFIX)
-        me = os.getpid()
-        mine = (os.getpgid(0), os.getsid(0))
-        for _ in range(_MAX_KILL_ROUNDS):
-            try:
-                members = [pid for pid in lease.members() if pid != me]
-            except OSError:
-                return False
-            if not members:
-                return True
-            # Freeze forks first (pids.max = 0; reset when the lease is released): a
-            # fork-and-exit chain then cannot outrun the rounds or add zombies.
-            with contextlib.suppress(OSError):
-                if not lease.frozen:
-                    lease.set_max(0)
-            pidfds: list[int] = []
-            alive = 0
-            try:
-                for pid in members:
-                    try:
-                        pidfd = os.pidfd_open(pid)
-                    except OSError:
-                        continue
-                    pidfds.append(pidfd)
-                    # The pidfd pins the process: if it is still alive, /proc/PID is it,
-                    # so a pid reused by a non-member between the read and the open is
-                    # never signalled. (Dead: the signal below is a no-op.)
-                    if pid != self.pgid and not _in_cgroup(pid, rel):
-                        continue
-                    ids = _group_and_session(pid)
-                    # Our own group/session is not the tree's identity: every child
-                    # starts in our session, so matching it would take other trees.
-                    if ids is not None and ids[1] != mine[0]:
-                        groups.add(ids[1])
-                    if ids is not None and ids[2] != mine[1]:
-                        sessions.add(ids[2])
-                    # The dead leader stays listed until it is reaped: not a member. (Its
-                    # state "Z" would not do: a process whose main thread exited shows
-                    # "Z" while its other threads run; the pidfd polls readable only
-                    # once the whole thread group has exited.)
-                    if _exited(pidfd):
-                        continue
-                    alive += 1
-                    with contextlib.suppress(OSError):
-                        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-                if not alive:
-                    return True
-                # Wait until they have exited: only then are their children re-parented.
-                _wait_readable(pidfds, _EXIT_WAIT_S)
-            finally:
-                for pidfd in pidfds:
-                    os.close(pidfd)
-        return False
 
     @staticmethod
     def _reap_adopted(leader: int, groups: set[int], sessions: set[int]) -> None:
@@ -383,12 +265,11 @@ class Tree:
         member: a pgid/sid is never reused while a process still carries it. This
         catches members that exited on their own (zombies no longer in the cgroup).
         """
-        with _lock:
-            leaders = set(_leaders)
-        for pid in _our_children():
+        leaders = _live_leaders()
+        for pid in our_children():
             if pid == leader or pid in leaders:  # another tree's leader: its owner reaps
                 continue
-            ids = _group_and_session(pid)
+            ids = group_and_session(pid)
             if ids is None or (ids[1] not in groups and ids[2] not in sessions):
                 continue
             Tree._kill_and_reap(pid)
@@ -434,7 +315,7 @@ class Tree:
         and pgid are released.
         """
         if self.leader_fd >= 0 and not exited:
-            _wait_readable([self.leader_fd], None)
+            wait_readable([self.leader_fd], None)
         with self._lock:
             self._closed = True
             try:

@@ -11,8 +11,8 @@ Guarantee: the child gets only fds 0/1/2 (``close_fds``), an environment built b
 :func:`flux_system.process._env.build_env` (the allow-listed part snapshotted when the
 ``System`` was created) and :func:`~flux_system.process._env.over`, its own session and
 process group (``setsid``: no controlling terminal, so no ``/dev/tty`` and no ``TIOCSTI``
-into the caller's terminal) and (when the host allows) its own pids cgroup; an error
-leaves no process and no fd behind.
+into the caller's terminal) and (when the host allows) its own cgroup (v1 pids or v2);
+an error leaves no process and no fd behind.
 """
 
 from __future__ import annotations
@@ -133,7 +133,9 @@ def check_argv(argv: object) -> tuple[str, ...]:
     return items
 
 
-def _translate(exc: BaseException, target: str, cwd_link: str) -> ProcessError:
+def _translate(
+    exc: BaseException, target: str, cwd_link: str, *, entry_failed: bool = False
+) -> ProcessError:
     if isinstance(exc, OSError):
         if exc.filename == cwd_link:
             reason = ProcessReason.BAD_CWD
@@ -144,7 +146,14 @@ def _translate(exc: BaseException, target: str, cwd_link: str) -> ProcessError:
         else:
             reason = ProcessReason.SPAWN_FAILED
         return SpawnError(f"spawn failed: {exc.strerror}", op="run", target=target, reason=reason)
-    # Only the preexec_fn raises in the child, and it only applies limits.
+    # Only the preexec_fn raises in the child: the v2 cgroup entry, or the limits.
+    if entry_failed:
+        return SpawnError(
+            "the child could not enter its tree's cgroup",
+            op="run",
+            target=target,
+            reason=ProcessReason.SPAWN_FAILED,
+        )
     return SpawnError(
         "a requested limit could not be applied in the child",
         op="run",
@@ -156,18 +165,24 @@ def _translate(exc: BaseException, target: str, cwd_link: str) -> ProcessError:
 _SPAWN_FAILED = ProcessReason.SPAWN_FAILED
 
 
-def _no_survivor(tree: Tree, popen: subprocess.Popen[bytes], pidfd: int) -> int:
+def _no_survivor(
+    tree: Tree, popen: subprocess.Popen[bytes], pidfd: int, pipe_fd: int | None
+) -> int:
     """After a failed spawn: kill and reap the child if one was forked; return *pidfd*.
 
     Popen reaps a child whose exec failed. Any other exception after the fork (a
     signal: ``KeyboardInterrupt``) leaves it running; when it came before Popen stored
     the pid (right after ``fork_exec`` returned), the pid is found as our direct child
-    in the tree's cgroup. Not guaranteed without a cgroup: a lost pid stays lost.
+    in the tree's cgroup, or else (a v2 child not yet in it, or no cgroup) as our child
+    holding the spawn's own pipe *pipe_fd*.
     """
     pid: int | None = getattr(popen, "pid", None)
     lost = pid is None
     if pid is None:
         found = tree.our_members()
+        if not found and pipe_fd is not None:
+            holder = tree.holder_of(os.fstat(pipe_fd).st_ino)
+            found = [] if holder is None else [holder]
         if not found:
             return pidfd
         pid = found[0]
@@ -211,20 +226,21 @@ def _build_spawn(spec: SpawnSpec, ws: DirAuthority) -> Spawned:
     nproc = limits.nproc if limits is not None else None
     ensure_subreaper()
     tree = Tree(spec.cgroups, nproc=nproc)
-    if nproc is not None and child_uid == 0 and not tree.contained:
+    if nproc is not None and child_uid == 0 and not tree.limits_processes:
         tree.release()
         raise SpawnError(
-            "a process limit cannot be enforced for a root child without a pids cgroup",
+            "a process limit cannot be enforced for a root child without a pids-limited cgroup",
             op="run",
             target=target,
             reason=ProcessReason.LIMIT_UNENFORCEABLE,
         )
     rlimits = limits.rlimits() if limits is not None else ()
-    if nproc is not None and child_uid == 0 and tree.contained:
+    if nproc is not None and child_uid == 0 and tree.limits_processes:
         # The tree's pids cgroup bounds a root child (which RLIMIT_NPROC would not):
         # without the rlimit no code runs between fork and exec for it (vfork).
         rlimits = tuple(pair for pair in rlimits if pair[0] != resource.RLIMIT_NPROC)
-    preexec = make_preexec(rlimits, no_new_privs=priv.no_new_privs)
+    inner = make_preexec(rlimits, no_new_privs=priv.no_new_privs)
+    preexec = tree.child_preexec(inner)  # v2: the child enters its cgroup first
     ours: list[int] = []
     theirs: list[int] = []
     cwd_fd = -1
@@ -267,10 +283,17 @@ def _build_spawn(spec: SpawnSpec, ws: DirAuthority) -> Spawned:
         if serial is not None:
             serial.acquire()
         try:
-            tree.enter(tid)  # this thread joins the tree's cgroup: the child is born inside
-        except BaseException:
+            tree.enter(tid)  # v1: this thread joins the tree's cgroup; the child is born inside
+        except BaseException as exc:
             if serial is not None:
                 serial.release()
+            if isinstance(exc, OSError):  # ENODEV: the cgroup was removed under us
+                raise SpawnError(
+                    f"the tree's cgroup could not be entered: {exc.strerror}",
+                    op="run",
+                    target=target,
+                    reason=_SPAWN_FAILED,
+                ) from exc
             raise
 
         def fork() -> None:
@@ -300,7 +323,8 @@ def _build_spawn(spec: SpawnSpec, ws: DirAuthority) -> Spawned:
                 else:
                     fork()
             except (OSError, subprocess.SubprocessError) as exc:
-                raise _translate(exc, target, cwd_link) from exc
+                entry_failed = preexec is not inner and (inner is None or tree.cgroup_gone())
+                raise _translate(exc, target, cwd_link, entry_failed=entry_failed) from exc
         finally:
             tree.leave(tid)
             if serial is not None:
@@ -334,7 +358,7 @@ def _build_spawn(spec: SpawnSpec, ws: DirAuthority) -> Spawned:
             os.close(fd)
         if probe is not None:
             os.close(probe)
-        pidfd = _no_survivor(tree, popen, pidfd)
+        pidfd = _no_survivor(tree, popen, pidfd, theirs[-1] if theirs else None)
         if pidfd >= 0:
             os.close(pidfd)
         tree.release()

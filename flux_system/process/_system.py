@@ -94,7 +94,7 @@ class System:
         output_cap: bytes kept per stream of a ``run`` (default 1 MiB).
         max_children: cap on children running at once (``None``: no cap).
         privileges: no_new_privs / uid-gid drop / umask for every child.
-        _contain: private knob; ``False`` gives trees no pids cgroup (the path of a
+        _contain: private knob; ``False`` gives trees no cgroup (the path of a
             host without one), so ``tree_contained`` is ``False`` and a process limit
             for a root child is refused.
 

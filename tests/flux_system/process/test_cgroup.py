@@ -12,18 +12,32 @@ from pathlib import Path
 import pytest
 
 from flux_system import ProcessTimeoutError, System
+from flux_system.process import _hierarchy
 from flux_system.process._reap import cgroup_available
 from tests._capabilities import require
-from tests.flux_system.process._process_support import PYTHON, REPO, make_ws, procs, survivors
-
-PIDS = "/sys/fs/cgroup/pids"
+from tests.flux_system.process._process_support import (
+    PYTHON,
+    REPO,
+    cgroup_base,
+    make_ws,
+    procs,
+    survivors,
+)
 
 
 def _base() -> str:
     """This process's ``flux-<pid>`` cgroup (which may or may not exist)."""
-    with open("/proc/self/cgroup", encoding="ascii") as fh:
-        rel = next(ln.split(":", 2)[2].strip() for ln in fh if ln.split(":")[1] == "pids")
-    return os.path.join(PIDS, rel.lstrip("/"), f"flux-{os.getpid()}")
+    base = cgroup_base()
+    assert base is not None
+    return base
+
+
+def _prefix_and_line() -> tuple[str, str]:
+    """How a child finds its own tree cgroup: the mount prefix, its /proc/self/cgroup line."""
+    found = _hierarchy.detect()
+    assert found is not None
+    prefix = found.own if found.proc == "/" else found.own.removesuffix(found.proc)
+    return prefix, (":pids:" if found.version == 1 else "^0::")
 
 
 def _subdirs(path: str) -> list[str]:
@@ -40,7 +54,7 @@ def _nested(base: str) -> list[str]:
 
 @pytest.fixture
 def contained() -> Iterator[None]:
-    require(cgroup_available(), "a writable pids cgroup (v1) for tree containment")
+    require(cgroup_available(), "a usable cgroup (v1 pids or v2) for tree containment")
     gc.collect()  # Systems other tests dropped without close() release theirs
     yield
 
@@ -117,8 +131,9 @@ def test_interpreter_exit_kills_children_before_removing_cgroups(
 def test_member_hiding_in_nested_cgroup_is_killed(tmp_path: Path, contained: None) -> None:
     # A root child moves a setsid'd grandchild into a cgroup below its own: the tree's
     # kill walks nested cgroups, so it dies with the tree and the cgroup goes too.
+    prefix, line = _prefix_and_line()
     script = (
-        'cg=/sys/fs/cgroup/pids$(grep ":pids:" /proc/self/cgroup | cut -d: -f3); '
+        f'cg={prefix}$(grep "{line}" /proc/self/cgroup | cut -d: -f3); '
         'mkdir "$cg/hide"; '
         'setsid sh -c \'echo $$ > "$1/hide/cgroup.procs"; exec sleep 60\' sh "$cg" '
         ">/dev/null 2>&1 & echo $!; "
@@ -138,12 +153,18 @@ def test_reused_cgroup_never_holds_a_previous_tree(tmp_path: Path, contained: No
     # Runs one after another reuse pooled cgroups; a tree that left a process behind
     # (killed on exit) or a zombie must not share its cgroup with the next tree.
     with System(make_ws(tmp_path)) as s:
+        prefix, line = _prefix_and_line()
         for _ in range(20):
-            result = s.run(["sh", "-c", "sleep 60 & grep :pids: /proc/self/cgroup"])
-            path = PIDS + result.stdout.decode().strip().split(":", 2)[2]
+            result = s.run(["sh", "-c", f'sleep 60 & grep "{line}" /proc/self/cgroup'])
+            path = prefix + result.stdout.decode().strip().split(":", 2)[2]
             assert os.path.isdir(path)
-            with open(os.path.join(path, "pids.current"), encoding="ascii") as fh:
-                assert fh.read().strip() == "0"
+            events = os.path.join(path, "cgroup.events")
+            if os.path.exists(events):  # v2
+                with open(events, encoding="ascii") as fh:
+                    assert "populated 0" in fh.read()
+            else:
+                with open(os.path.join(path, "pids.current"), encoding="ascii") as fh:
+                    assert fh.read().strip() == "0"
 
 
 def test_kill_racing_the_exit_is_safe(tmp_path: Path) -> None:

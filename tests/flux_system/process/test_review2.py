@@ -20,10 +20,11 @@ import psutil
 import pytest
 
 from flux_system import Limits, ProcessReason, SpawnError, System
+from flux_system.process._cgroup import process_limit_available
 from flux_system.process._drain import MAX_LINE, Capture, Ring, grow_pipe
 from flux_system.process._reap import cgroup_available
 from tests._capabilities import require
-from tests.flux_system.process._process_support import make_ws
+from tests.flux_system.process._process_support import PIDS_LIMIT, make_ws
 
 
 @pytest.fixture
@@ -78,7 +79,7 @@ def test_interrupt_right_after_the_fork_leaves_no_child(
 ) -> None:
     # A SIGINT pending when fork_exec returns raises before Popen stores the pid: the
     # child was left running, unreaped, in its cgroup (found there now).
-    require(cgroup_available(), "a writable pids cgroup (v1) for tree containment")
+    require(cgroup_available(), "a usable cgroup (v1 pids or v2) for tree containment")
     forked = _one_shot(monkeypatch, subprocess, "_fork_exec", _interrupt)
     with pytest.raises(KeyboardInterrupt):
         system.run(["sleep", "30"], limits=limits)
@@ -225,7 +226,7 @@ def test_process_limit_holds_while_the_spawning_thread_leaves_the_cgroup(
     # The spawning thread is a member while it forks (pids.max = nproc + 1); it moved
     # home before pids.max went back to nproc, so a child that forked in between (the
     # spawner descheduled: widened here by a pause) got nproc + 1 processes.
-    require(cgroup_available(), "a writable pids cgroup (v1) for a root process limit")
+    require(process_limit_available(), PIDS_LIMIT)
     forked = _one_shot(monkeypatch, subprocess, "_fork_exec", lambda pid: None)
     # The first os.write after the fork is the spawner's own (Popen writes nothing).
     _one_shot(monkeypatch, os, "write", lambda n: time.sleep(0.5), armed=lambda: bool(forked))

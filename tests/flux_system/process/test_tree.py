@@ -21,9 +21,17 @@ from flux_system import (
     SpawnError,
     System,
 )
+from flux_system.process._cgroup import process_limit_available
 from flux_system.process._reap import cgroup_available
 from tests._capabilities import require
-from tests.flux_system.process._process_support import PYTHON, REPO, make_ws, procs, survivors
+from tests.flux_system.process._process_support import (
+    PIDS_LIMIT,
+    PYTHON,
+    REPO,
+    make_ws,
+    procs,
+    survivors,
+)
 
 # Prints its pid and the pid of a grandchild that left the session (setsid + fork),
 # then keeps running.
@@ -48,7 +56,7 @@ def _watch_pids(lines: list[bytes], count: int) -> list[psutil.Process]:
 
 
 def test_daemonised_grandchild_does_not_survive_run(system: System) -> None:
-    require(cgroup_available(), "a writable pids cgroup (v1) for tree containment")
+    require(cgroup_available(), "a usable cgroup (v1 pids or v2) for tree containment")
     result = system.run(["sh", "-c", 'setsid sh -c "sleep 60 >/dev/null 2>&1 & echo \\$!"'])
     watched = procs([int(result.stdout)])
     assert result.tree_contained
@@ -56,7 +64,7 @@ def test_daemonised_grandchild_does_not_survive_run(system: System) -> None:
 
 
 def test_sleep_past_timeout_raises_with_output_and_kills_tree(system: System) -> None:
-    require(cgroup_available(), "a writable pids cgroup (v1) for tree containment")
+    require(cgroup_available(), "a usable cgroup (v1 pids or v2) for tree containment")
     lines: list[bytes] = []
     observer_done = threading.Event()
 
@@ -82,7 +90,7 @@ def test_yes_flood_is_capped_and_killed(system: System) -> None:
 
 
 def test_arun_cancellation_kills_and_reaps_tree(system: System) -> None:
-    require(cgroup_available(), "a writable pids cgroup (v1) for tree containment")
+    require(cgroup_available(), "a usable cgroup (v1 pids or v2) for tree containment")
     lines: list[bytes] = []
 
     async def main() -> list[psutil.Process]:
@@ -109,7 +117,7 @@ def test_arun_timeout(system: System) -> None:
 
 
 def test_keyboard_interrupt_kills_tree_before_propagating(system: System) -> None:
-    require(cgroup_available(), "a writable pids cgroup (v1) for tree containment")
+    require(cgroup_available(), "a usable cgroup (v1 pids or v2) for tree containment")
     lines: list[bytes] = []
     main = threading.main_thread().ident
     assert main == threading.get_ident()
@@ -143,7 +151,7 @@ def test_fork_bomb_unprivileged_uid_under_nproc(tmp_path: Path) -> None:
 
 
 def test_fork_bomb_as_root_contained_by_pids_cgroup(system: System) -> None:
-    require(cgroup_available(), "a writable pids cgroup (v1) for RLIMIT_NPROC as root")
+    require(process_limit_available(), PIDS_LIMIT)
     script = "i=0; while [ $i -lt 50 ]; do sleep 60 & i=$((i+1)); done; echo started"
     result = system.run(["sh", "-c", script], limits=Limits(nproc=10), timeout=30)
     assert result.tree_contained
@@ -174,6 +182,7 @@ def test_spawn_bounded_buffer_counts_dropped(system: System) -> None:
 
 
 def test_max_children_and_close(tmp_path: Path) -> None:
+    require(cgroup_available(), "a usable cgroup (v1 pids or v2) for tree containment")
     s = System(make_ws(tmp_path), max_children=1)
     child = s.spawn(["sh", "-c", 'setsid sh -c "sleep 60 & echo \\$!"; sleep 60'])
     with pytest.raises(SpawnError) as ei:
@@ -194,7 +203,7 @@ def test_max_children_and_close(tmp_path: Path) -> None:
 
 
 def test_interpreter_exit_kills_children(system: System) -> None:
-    require(cgroup_available(), "a writable pids cgroup (v1) for tree containment")
+    require(cgroup_available(), "a usable cgroup (v1 pids or v2) for tree containment")
     code = (
         "import sys, time, pathlib\n"
         f"sys.path.insert(0, {REPO!r})\n"
@@ -247,7 +256,7 @@ def test_nproc_for_root_without_pids_cgroup_is_unenforceable(tmp_path: Path) -> 
 
 def test_nproc_for_root_with_pids_cgroup_is_enforced(system: System) -> None:
     # The control of the test above: the same request succeeds with containment.
-    require(cgroup_available(), "a writable pids cgroup (v1) for RLIMIT_NPROC as root")
+    require(process_limit_available(), PIDS_LIMIT)
     assert system.run(["true"], limits=Limits(nproc=5)).exit_code == 0
 
 
