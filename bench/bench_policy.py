@@ -13,7 +13,13 @@ Side by side in one run, interleaved rounds, medians:
 - indexed@N vs Cedar@N through cedarpy (policy set parsed once; Cedar's ``like`` has one
   ``*`` that crosses ``/``, so its patterns are the nearest equivalent, not identical).
 
-Run: ``python bench/bench_policy.py`` (about a minute).
+Also, for six adversarial shapes (``SHAPES``: grants told apart only by a literal
+segment after a leading wildcard, by user, by group-expanded user, by action, by a
+segment after a wildcard segment, or only by a file suffix), indexed@10,000 vs
+indexed@10 of the same shape in the same rounds (target: within 3x, except the
+suffix-only shape, which nothing indexes and which is reported).
+
+Run: ``python bench/bench_policy.py`` (about two minutes).
 """
 
 from __future__ import annotations
@@ -118,6 +124,72 @@ def requests(n: int, count: int, seed: int = 0) -> list[Request]:
                 now=NOW,
             )
         )
+    return out
+
+
+# Adversarial shapes (issue 13): each is a policy of n rules told apart by one
+# dimension only, and requests that hit some rule of it. Every shape is timed at 10 and
+# 10,000 rules in the same interleaved rounds; the target is <= 3x for all but the
+# last, which no index key can tell apart (reported, see decision 0043).
+def _shape_rule(shape: str, i: int) -> dict[str, Any]:
+    rule: dict[str, Any] = {"id": f"{shape}-{i}", "subjects": ["**"], "actions": ["fs.*"]}
+    if shape == "wildcard-first":  # resources start with a wildcard, actions fs.*
+        rule.update(subjects=["role:devs"], resources=[f"**/mod{i}/*.py"])
+    elif shape == "per-user":  # one shared tree, one literal action, a user per rule
+        rule.update(subjects=[f"user:u{i}"], actions=["fs.read"], resources=["ws/shared/src/**"])
+    elif shape == "group-per-tenant":  # the subject only known after group expansion
+        rule.update(subjects=[f"role:t{i}"], resources=["ws/shared/**"])
+    elif shape == "action-per-tool":  # wildcard subject and resource, a tool per rule
+        rule.update(actions=[f"tool.t{i}"], resources=["**"])
+    elif shape == "segment-after-wildcard":  # a shared prefix, then *, then the tenant
+        rule.update(resources=[f"ws/shared/*/tenant{i}/**"])
+    else:  # "suffix-only": only the file suffix differs: nothing to index
+        rule.update(resources=[f"**/*.x{i}"])
+    return rule
+
+
+SHAPES = (
+    "wildcard-first",
+    "per-user",
+    "group-per-tenant",
+    "action-per-tool",
+    "segment-after-wildcard",
+    "suffix-only",
+)
+DEGRADING = {"suffix-only"}
+
+
+def shape_doc(shape: str, n: int) -> dict[str, Any]:
+    groups: dict[str, list[str]] = {"role:devs": USERS[:10]}
+    if shape == "group-per-tenant":  # (at most 10,000 groups: no role:devs here)
+        groups = {f"role:t{i}": [f"user:t{i}a", f"user:t{i}b"] for i in range(n)}
+    return {
+        "version": 1,
+        "groups": groups,
+        "grant": [_shape_rule(shape, i) for i in range(n)],
+        "deny": [],
+    }
+
+
+def shape_requests(shape: str, n: int, count: int, seed: int = 1) -> list[Request]:
+    rng = random.Random(seed)
+    out = []
+    for _ in range(count):
+        i = rng.randrange(n + n // 4)  # some requests match no rule
+        subject, action, resource = rng.choice(USERS[:10]), "fs.read", "ws/p/src/main.py"
+        if shape == "wildcard-first":
+            resource = f"ws/p{i % 7}/lib/mod{i}/x.py"
+        elif shape == "per-user":
+            subject, resource = f"user:u{i}", f"ws/shared/src/a/f{i % 13}.py"
+        elif shape == "group-per-tenant":
+            subject, resource = f"user:t{i}{rng.choice('ab')}", "ws/shared/x/y.txt"
+        elif shape == "action-per-tool":
+            action = f"tool.t{i}"
+        elif shape == "segment-after-wildcard":
+            resource = f"ws/shared/eu/tenant{i}/data/f.csv"
+        else:
+            resource = f"ws/p/src/f.x{i}"
+        out.append(Request(subject=subject, action=action, resource=resource, now=NOW))
     return out
 
 
@@ -237,6 +309,15 @@ def main() -> None:
                 for r in cedar_reqs
             )
             figures.setdefault("cedar_agreement", {})[n] = f"{same}/{len(cedar_reqs)}"
+    for shape in SHAPES:
+        for n in (10, 10_000):
+            idx = IndexedEvaluator(load_policy_dict(shape_doc(shape, n)))
+            reqs = shape_requests(shape, n, 40 if shape in DEGRADING and n > 10 else 400)
+            if n == 10:  # the index and the reference agree on these shapes too
+                ref = ReferenceEvaluator(idx.policy)
+                assert all(idx.evaluate(r) == ref.evaluate(r) for r in reqs)
+            assert any(idx.evaluate(r).allowed for r in reqs)  # requests do hit rules
+            cases[f"{shape}@{n}"] = (per_decision(idx.evaluate, reqs), 1, len(reqs))
     # every case in every round, so noise on the shared machine hits all sizes alike
     per = interleaved(cases, rounds=5)
     for n in SIZES:
@@ -256,6 +337,16 @@ def main() -> None:
             n: round(per[f"cedar@{n}"] / per[f"indexed@{n}"], 2) for n in SIZES
         }
     print(json.dumps({k: v for k, v in figures.items() if k != "decisions_per_s"}, indent=1))
+    shapes: dict[str, float] = {}
+    for shape in SHAPES:
+        ratio = per[f"{shape}@10000"] / per[f"{shape}@10"]
+        shapes[shape] = round(ratio, 2)
+        verdict = "reported" if shape in DEGRADING else ("met" if ratio <= 3 else "MISSED")
+        print(
+            f"shape {shape}: {1 / per[f'{shape}@10']:,.0f}/s at 10 rules, "
+            f"{1 / per[f'{shape}@10000']:,.0f}/s at 10,000: {ratio:.2f}x ({verdict})"
+        )
+    figures["shape_cost_10k_over_10"] = shapes
     scale_ok = figures["indexed_cost_10k_over_10"] <= 3
     speed_ok = figures["indexed_speedup_vs_reference"][10_000] >= 50
     print(f"target indexed@10k within 3x of indexed@10: {'met' if scale_ok else 'MISSED'}")

@@ -1,24 +1,26 @@
 """The indexed evaluator: the one to use in production.
 
 At construction every rule is compiled once: groups flattened into leaf patterns,
-patterns compiled (``_glob.py``), trust bounds turned into ranks. Rules are indexed
-by the *literal prefix* of each resource pattern — the whole segments before the first
-segment holding a wildcard — in a segment trie (fully literal resources go in a dict),
-and within each trie node by literal action (wildcard actions in a short list).
-A request walks the trie along its own segments, so it only ever looks at rules that
-could match its resource and action: the cost depends on the depth of the path and
-the number of rules that share its prefix, not on the size of the policy.
+patterns compiled (``_glob.py``), trust bounds turned into ranks. Each rule is filed
+in a candidate index (``_candidates.py``) under the dimension that narrows it most:
+its literal subjects (after group expansion), its literal actions, or per resource
+pattern its literal name, literal prefix or a literal segment it requires anywhere.
+A request looks up its own subject, action, path prefixes and segments, and checks
+only the rules filed under one of them: the cost depends on the depth of the path
+and the number of rules that share a key with it, not on the size of the policy.
 
 Guarantee: decides exactly as :class:`~flux_policy.ReferenceEvaluator` (checked by a
-differential test). Not guaranteed: constant time — a policy whose rules all share one
-prefix and use wildcard actions degrades towards a linear scan of those rules.
+differential test). Not guaranteed: constant time — rules with no literal subject,
+action, prefix or segment to tell them apart (``**/*.py{i}``) are offered to every
+request, a linear scan of those rules (docs/decisions/0043-policy-index-every-dimension.md).
 """
 
 from __future__ import annotations
 
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from flux_policy._candidates import CandidateIndex, IndexedRule
 from flux_policy._decision import (
     Decision,
     Effect,
@@ -55,21 +57,10 @@ class _Compiled:
     deny: bool
     subjects: _Names
     actions: _Names
+    resources: _Names
     min_rank: int | None
     max_rank: int | None
     scopes: frozenset[str]
-
-
-@dataclass(slots=True)
-class _Bucket:
-    by_action: dict[str, list[tuple[_Compiled, Matcher]]] = field(default_factory=dict)
-    wild_action: list[tuple[_Compiled, Matcher]] = field(default_factory=list)
-
-
-@dataclass(slots=True)
-class _Node:
-    bucket: _Bucket = field(default_factory=_Bucket)
-    children: dict[str, _Node] = field(default_factory=dict)
 
 
 def _flatten(groups: typing.Mapping[str, tuple[str, ...]]) -> dict[str, frozenset[str]]:
@@ -112,11 +103,17 @@ class IndexedEvaluator:
         self.policy = policy
         self._ranks = {name: i for i, name in enumerate(policy.trust_levels)}
         self._leaves = _flatten(policy.groups)
-        self._root = _Node()
-        self._exact: dict[str, _Bucket] = {}
         self._compiled = [self._compile(i, r) for i, r in enumerate(policy.rules)]
-        for crule in self._compiled:
-            self._insert(crule)
+        self._index = CandidateIndex(
+            [
+                IndexedRule(
+                    subjects=None if c.subjects.wild else c.subjects.literals,
+                    actions=None if c.actions.wild else c.actions.literals,
+                    resources=tuple(sorted(self._expand(c.rule.resources))),
+                )
+                for c in self._compiled
+            ]
+        )
 
     def _expand(self, entries: tuple[str, ...]) -> set[str]:
         out: set[str] = set()
@@ -137,49 +134,21 @@ class IndexedEvaluator:
             deny=rule.kind is RuleKind.DENY,
             subjects=self._names(rule.subjects),
             actions=self._names(rule.actions),
+            resources=self._names(rule.resources),
             min_rank=None if rule.min_trust is None else self._ranks[rule.min_trust],
             max_rank=None if rule.max_trust is None else self._ranks[rule.max_trust],
             scopes=frozenset(rule.scopes),
         )
 
-    def _insert(self, crule: _Compiled) -> None:
-        for pattern in sorted(self._expand(crule.rule.resources)):
-            if not has_wildcard(pattern):
-                bucket = self._exact.setdefault(pattern, _Bucket())
-            else:
-                node = self._root
-                for segment in pattern.split("/"):
-                    if "*" in segment:
-                        break
-                    node = node.children.setdefault(segment, _Node())
-                bucket = node.bucket
-            matcher = compile_pattern(pattern)
-            entry = (crule, matcher)
-            for action in crule.actions.literals:
-                bucket.by_action.setdefault(action, []).append(entry)
-            if crule.actions.wild:
-                bucket.wild_action.append(entry)
-
-    def _candidates(self, action: str, resource: str) -> list[_Compiled]:
-        buckets = [self._root.bucket]
-        node: _Node | None = self._root
-        for segment in resource.split("/"):
-            node = node.children.get(segment) if node is not None else None
-            if node is None:
-                break
-            buckets.append(node.bucket)
-        exact = self._exact.get(resource)
-        if exact is not None:
-            buckets.append(exact)
-        found: dict[int, _Compiled] = {}
-        for bucket in buckets:
-            for crule, matcher in bucket.by_action.get(action, ()):
-                if crule.order not in found and matcher(resource):
-                    found[crule.order] = crule
-            for crule, matcher in bucket.wild_action:
-                if crule.order not in found and crule.actions(action) and matcher(resource):
-                    found[crule.order] = crule
-        return [found[k] for k in sorted(found)]
+    def _candidates(self, subject: str, action: str, resource: str) -> list[_Compiled]:
+        """The rules whose subject, action and resource all match, in rule order."""
+        compiled = self._compiled
+        out: list[_Compiled] = []
+        for number in sorted(self._index.candidates(subject, action, resource)):
+            c = compiled[number]
+            if c.actions(action) and c.subjects(subject) and c.resources(resource):
+                out.append(c)
+        return out
 
     def _request_errors(self, request: Request) -> tuple[list[RuleError], str]:
         errors = [
@@ -298,8 +267,9 @@ class IndexedEvaluator:
     def evaluate(self, request: Request, *, explain: bool = False) -> Decision:
         """Decide *request*. Never raises for a valid :class:`Request`.
 
-        With *explain*, the decision's ``trace`` lists every rule: the ones the index
-        offered and why each did or did not apply, then the ones it ruled out.
+        With *explain*, the decision's ``trace`` lists every rule: the ones whose
+        subject, action and resource match and why each did or did not apply, then the
+        others.
         """
         if not isinstance(request, Request):
             raise TypeError("request must be a Request")
@@ -312,13 +282,9 @@ class IndexedEvaluator:
         approvals: list[str] = []
         errors: list[RuleError] = []
         trace: list[RuleTrace] = []
-        candidates = self._candidates(request.action, resource)
+        candidates = self._candidates(request.subject, request.action, resource)
         for c in candidates:
             kind = c.rule.kind.value
-            if not c.subjects(request.subject):
-                if explain:
-                    trace.append(RuleTrace(c.rule.id, kind, False, "subject does not match"))
-                continue
             mark = len(errors)
             ok = self._check(c, request, errors)
             unevaluable = len(errors) > mark
@@ -339,7 +305,7 @@ class IndexedEvaluator:
         if explain:
             offered = {c.order for c in candidates}
             trace.extend(
-                RuleTrace(c.rule.id, c.rule.kind.value, False, "action or resource does not match")
+                RuleTrace(c.rule.id, c.rule.kind.value, False, "target does not match")
                 for c in self._compiled
                 if c.order not in offered
             )

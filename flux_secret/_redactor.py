@@ -250,11 +250,12 @@ class Redactor:
 
         return redact_exception(self, exc)
 
-    def stream(self) -> StreamRedactor:
-        """A new :class:`StreamRedactor` over this registry."""
+    def stream(self, kind: type[str] | type[bytes] | None = None) -> StreamRedactor:
+        """A new :class:`StreamRedactor` over this registry, of *kind* (``str`` or
+        ``bytes``; by default the type of the first chunk)."""
         from flux_secret._stream import StreamRedactor
 
-        return StreamRedactor(self)
+        return StreamRedactor(self, kind)
 
     def logging_filter(self) -> RedactingFilter:
         """A new :class:`RedactingFilter` over this registry."""

@@ -15,6 +15,7 @@ import typing
 from dataclasses import dataclass
 
 from flux_secret._detect import Detector, DetectorSet
+from flux_secret._escapes import EscapeMatcher
 from flux_secret._exceptions import RegistrationError, RegistrationReason
 from flux_secret._matcher import Interval, Matcher
 
@@ -32,6 +33,7 @@ class Snapshot:
     version: int
     matchers: tuple[Matcher, ...]
     dset: DetectorSet
+    escapes: tuple[EscapeMatcher, ...] = ()
 
     @property
     def detectors(self) -> tuple[Detector, ...]:
@@ -42,23 +44,42 @@ class Snapshot:
         """The longest pattern, in bytes (0 with no secrets)."""
         return max((m.longest for m in self.matchers), default=0)
 
-    def find(self, data: bytes) -> list[Interval]:
-        """Every occurrence of every pattern in *data* (see :meth:`Matcher.find`)."""
-        if len(self.matchers) == 1:
-            return self.matchers[0].find(data)
-        out: list[Interval] = []
-        for matcher in self.matchers:
-            out += matcher.find(data)
+    def find(self, data: bytes, *, head: bool = False, more: bool = False) -> list[Interval]:
+        """Every occurrence of every pattern in *data* (see :meth:`Matcher.find`), and
+        every escaped occurrence of a raw secret (see :meth:`EscapeMatcher.find` for
+        *head* and *more*, which a stream passes)."""
+        out = self.matchers[0].find(data) if len(self.matchers) == 1 else []
+        if len(self.matchers) > 1:
+            for matcher in self.matchers:
+                out += matcher.find(data)
+        for escapes in self.escapes:
+            out += escapes.find(data, head=head, more=more)
         return out
 
+    def frontier(self, data: bytes, end: int) -> int:
+        """For a stream whose retained *data* ends at absolute *end*: every occurrence
+        not yet reported by ``find(data, more=True)`` starts at or after this."""
+        frontier = end - max(self.longest - 1, 0)
+        for escapes in self.escapes:
+            bound = escapes.frontier(data, end)
+            if bound is not None:
+                frontier = min(frontier, bound)
+        return frontier
 
-def _build(entries: list[tuple[str, list[bytes]]]) -> tuple[Matcher, int]:
+
+def _build(entries: list[tuple[str, list[bytes]]]) -> tuple[Matcher, EscapeMatcher, int]:
+    """The automaton over every form, and the escape matcher over the raw secrets (the
+    first form of each entry, as :func:`variants` orders them)."""
     owners: dict[bytes, set[str]] = {}
+    raw: dict[bytes, set[str]] = {}
     for name, forms in entries:
         for form in forms:
             owners.setdefault(form, set()).add(name)
+        raw.setdefault(forms[0], set()).add(name)
     patterns = list(owners)
-    return Matcher(patterns, [tuple(sorted(owners[p])) for p in patterns]), len(patterns)
+    matcher = Matcher(patterns, [tuple(sorted(owners[p])) for p in patterns])
+    escapes = EscapeMatcher(list(raw), [tuple(sorted(raw[p])) for p in raw])
+    return matcher, escapes, len(patterns)
 
 
 @typing.final
@@ -73,7 +94,7 @@ class Registry:
         self._next_id = 0
         self._serial = 0
         self._version = 0
-        self._base: Matcher | None = None
+        self._base: tuple[Matcher, EscapeMatcher] | None = None
         self._base_upto = -1  # values with an id up to this are in the base automaton
         self._base_patterns = 0
         self._removed = False  # a removal since the base build: rebuild it fully
@@ -149,11 +170,18 @@ class Registry:
                 everything = [
                     (name, forms) for name, values in self._entries.items() for _, forms in values
                 ]
-                self._base, self._base_patterns = _build(everything)
+                matcher, escapes, self._base_patterns = _build(everything)
+                self._base = (matcher, escapes)
                 self._base_upto = self._next_id - 1
                 self._removed = False
-                matchers: tuple[Matcher, ...] = (self._base,)
+                tiers = [self._base]
             else:
-                matchers = (self._base, _build(recent)[0])
-            self._snap = Snapshot(self._version, matchers, self._dset)
+                matcher, escapes, _ = _build(recent)
+                tiers = [self._base, (matcher, escapes)]
+            self._snap = Snapshot(
+                self._version,
+                tuple(m for m, _ in tiers),
+                self._dset,
+                tuple(e for _, e in tiers),
+            )
             return self._snap

@@ -6,6 +6,7 @@ import typing
 from typing import AnyStr
 
 from flux_secret._detect import LOOKBEHIND, detect
+from flux_secret._escapes import ESCAPE_MAX
 from flux_secret._exceptions import RedactionError, RedactionReason
 from flux_secret._matcher import Interval, merge, snap_back, snap_out
 from flux_secret._report import RedactionReport, _Tally
@@ -20,6 +21,9 @@ _UTF8_TAIL = 3  # a cut moved back to a character start moves at most this far
 # every tiny chunk (a pty writing byte by byte) would cost O(window) per byte, so new
 # input is decided in steps of at least this many bytes.
 _DETECT_STEP = 4096
+# Bytes kept before the frontier: a detector's look-behind, and an escape cut at the
+# start of the retained bytes (EscapeMatcher.find(head=True) skips that many).
+_KEEP_BEHIND = max(LOOKBEHIND, ESCAPE_MAX - 1)
 
 
 @typing.final
@@ -27,15 +31,18 @@ class StreamRedactor:
     """Redact a stream chunk by chunk with the registry of a :class:`Redactor`.
 
     ``feed(chunk)`` returns the redacted output that is already decided; ``flush()``
-    returns the rest and closes the stream. The first chunk fixes the mode: ``str``
-    chunks give ``str`` output, ``bytes`` chunks give ``bytes``.
+    returns the rest and closes the stream. *kind* (``str`` or ``bytes``) fixes the
+    mode from the start; without it the first chunk fixes it: ``str`` chunks give
+    ``str`` output, ``bytes`` chunks give ``bytes``.
 
     Guarantee: for any chunking, the concatenation of every ``feed`` result and
     ``flush()`` equals whole-text redaction of the concatenated input (same markers,
     same report) with an unchanged registry. Output never contains a cut inside a
     match: a secret split across chunks is masked. Raw input not yet emitted is at
     most ``longest pattern - 1`` bytes (in ``str`` mode plus up to 3 to stay on a
-    character boundary; with detectors, the longest detector's ``max_length`` plus
+    character boundary; while a percent or entity escape lies in the last ten
+    times the longest raw secret's length, up to that much, as an escaped secret is
+    up to ten times longer than itself; with detectors, the longest detector's ``max_length`` plus
     4 KiB, as input is then decided in steps of 4 KiB so that tiny chunks cost no
     more than large ones); a masked region still being extended is kept as a
     position and its names, never as bytes, so memory stays bounded whatever the
@@ -45,11 +52,16 @@ class StreamRedactor:
     be recalled (register before output can contain it — :class:`SecretResolver`
     does); bytes held back are not emitted before ``flush()``. Not thread-safe: one
     stream belongs to one reader.
+
+    Raises:
+        TypeError: *kind* is neither ``str``, ``bytes`` nor ``None``.
     """
 
-    def __init__(self, redactor: Redactor) -> None:
+    def __init__(self, redactor: Redactor, kind: type[str] | type[bytes] | None = None) -> None:
+        if kind not in (str, bytes, None):
+            raise TypeError("kind must be str, bytes or None")
         self._redactor = redactor
-        self._text: bool | None = None
+        self._text: bool | None = None if kind is None else kind is str
         self._buf = b""
         self._base = 0  # absolute offset of _buf[0]
         self._out = 0  # absolute offset up to which input is emitted or masked
@@ -77,7 +89,9 @@ class StreamRedactor:
         return typing.cast(AnyStr, self._advance(final=False))
 
     def flush(self) -> str | bytes:
-        """Return the rest of the output and close the stream.
+        """Return the rest of the output and close the stream, in the stream's type:
+        ``str`` in ``str`` mode (even with no chunk fed), ``bytes`` in ``bytes`` mode
+        or when neither *kind* nor a chunk ever fixed the mode.
 
         Raises:
             RedactionError: ``CLOSED`` when already flushed.
@@ -124,7 +138,8 @@ class StreamRedactor:
         end = base + len(data)
         if len(self._positions) != len(snap.detectors):
             self._positions = [self._out] * len(snap.detectors)
-        found = [(base + s, base + e, n) for s, e, n in snap.find(data)]
+        hits = snap.find(data, head=base > 0, more=not final)
+        found = [(base + s, base + e, n) for s, e, n in hits]
         if snap.detectors:
             self._pending += detect(snap.dset, data, base, self._positions, final=final)
             found += self._pending
@@ -133,7 +148,7 @@ class StreamRedactor:
         if final:
             frontier = end
         else:  # every match not yet seen starts at or after the frontier
-            frontier = end - max(snap.longest - 1, 0)
+            frontier = snap.frontier(data, end)
             if snap.detectors:
                 frontier = min(frontier, min(self._positions) - _UTF8_TAIL)
             if text:
@@ -161,7 +176,7 @@ class StreamRedactor:
             pieces.append(data[pos - base : cut - base])
         self._open, self._out = opened, cut
         self._pending = [iv for iv in self._pending if iv[1] > cut]
-        keep = max(base, min(frontier, end) - LOOKBEHIND)
+        keep = max(base, min(frontier, end) - _KEEP_BEHIND)
         self._buf, self._base = data[keep - base :], keep
         if done:
             self._tally.add(done)

@@ -23,8 +23,10 @@ def redact_obj(red: Redactor, obj: object) -> object:
     whose decimal text contains a secret become the marker; ``None`` and ``bool`` pass.
 
     Guarantee: the input is not modified; every str/bytes leaf, key included, is
-    redacted; a :class:`SecretValue` leaf becomes the marker; two keys that redact to
-    the same text are kept apart (``#2``, ``#3`` ... appended), not merged.
+    redacted; a :class:`SecretValue` leaf becomes the marker; two keys of any type
+    that redact to the same key are kept apart (``#2``, ``#3`` ... appended to a
+    ``str`` or ``bytes`` key, added as the last item of a tuple, or else the key's
+    redacted ``repr`` with the suffix), never merged: every value is kept.
 
     Not guaranteed: any other type (dataclasses, models, custom objects) is refused
     rather than guessed at — convert it to plain data first.
@@ -34,6 +36,20 @@ def redact_obj(red: Redactor, obj: object) -> object:
             levels (a reference cycle ends there too). Nothing partial is returned.
     """
     return _walk(red, obj, 0)
+
+
+def _apart(red: Redactor, key: object, n: int) -> object:
+    """*key* made distinct with suffix ``#n``, keeping its type where it has one to
+    extend: ``str`` and ``bytes`` get the suffix, a plain tuple gets it as a last
+    item; any other key (a frozenset, a named tuple) becomes the ``str`` of its
+    redacted ``repr`` with the suffix."""
+    if isinstance(key, str):
+        return f"{key}#{n}"
+    if isinstance(key, bytes):
+        return key + b"#%d" % n
+    if type(key) is tuple:
+        return (*key, f"#{n}")
+    return red.redact(f"{key!r}#{n}")
 
 
 def _walk(red: Redactor, obj: object, depth: int) -> object:
@@ -60,11 +76,11 @@ def _walk(red: Redactor, obj: object, depth: int) -> object:
         out: dict[object, object] = {}
         for key, value in obj.items():
             new_key = _walk(red, key, depth + 1)
-            if new_key in out and isinstance(new_key, str):
+            if new_key in out:
                 n = 2
-                while f"{new_key}#{n}" in out:
+                while _apart(red, new_key, n) in out:
                     n += 1
-                new_key = f"{new_key}#{n}"
+                new_key = _apart(red, new_key, n)
             out[new_key] = _walk(red, value, depth + 1)
         return out
     if isinstance(obj, list):

@@ -20,11 +20,8 @@ import base64
 import binascii
 import json
 import re
-import urllib.parse
 
 __all__ = ["variants"]
-
-_PCT = re.compile(rb"%[0-9A-F]{2}")
 
 
 def _base64_forms(secret: bytes) -> list[bytes]:
@@ -78,16 +75,25 @@ def _text_forms(text: str) -> list[bytes]:
     return out
 
 
-def _url_forms(secret: bytes) -> list[bytes]:
+def _quote_forms(body: str) -> list[str]:
+    """*body*, a ``repr`` body with every ``'`` escaped, and the same with them not.
+
+    ``repr`` picks its quote from the whole string, so a secret inside a longer one is
+    written either way; ``\\'`` only ever stands for an escaped quote (a backslash of
+    the value is itself escaped, ``\\\\``), so dropping the escape is exact.
+    """
+    return [body, body.replace("\\'", "'")]
+
+
+def _repr_forms(secret: bytes, text: str | None) -> list[bytes]:
+    """The ``repr``/``ascii`` bodies of the value as ``str`` (when UTF-8) and ``bytes``,
+    with ``'`` escaped (a ``'``-quoted repr) and not (a ``"``-quoted one). A ``"`` is
+    never escaped by ``repr``: prefixing one forces the ``'`` quote."""
     out: list[bytes] = []
-    for quoted in (
-        urllib.parse.quote(secret, safe=""),
-        urllib.parse.quote(secret),  # keeps "/"
-        urllib.parse.quote_plus(secret),
-    ):
-        raw = quoted.encode("ascii")
-        out.append(raw)
-        out.append(_PCT.sub(lambda m: m.group(0).lower(), raw))  # %2f as some encoders write
+    if text is not None:
+        for body in (repr('"' + text)[2:-1], ascii('"' + text)[2:-1]):
+            out += [form.encode("utf-8", "surrogatepass") for form in _quote_forms(body)]
+    out += [form.encode("ascii") for form in _quote_forms(repr(b'"' + secret)[3:-1])]
     return out
 
 
@@ -95,14 +101,19 @@ def variants(secret: bytes, *, min_length: int) -> list[bytes]:
     """Return the distinct byte patterns that mask *secret*, the raw form first.
 
     Guarantee: the raw secret; base64 (standard and URL-safe alphabets, with and
-    without padding, at the three byte offsets); ``quote``/``quote_plus`` (upper and
-    lower-case escapes); JSON string escapes (ASCII-only and not, with and without
-    ``\\/``, plain or with the HTML-safe escapes Go's and .NET's encoders add, with
-    lower- and upper-case hex digits) and Python ``repr``/``ascii`` escapes when the
-    secret is UTF-8 text; the ``repr`` of the bytes; hex (lower and upper); and each line
+    without padding, at the three byte offsets); JSON string escapes (ASCII-only and
+    not, with and without ``\\/``, plain or with the HTML-safe escapes Go's and .NET's
+    encoders add, with lower- and upper-case hex digits) and Python ``repr``/``ascii``
+    escapes when the secret is UTF-8 text; the ``repr`` of the bytes (each ``repr``
+    with ``'`` escaped and not, as the quote ``repr`` picks depends on the text around
+    the secret); hex (lower and upper); and each line
     of a multi-line secret that is at least *min_length* bytes. Every pattern is at least
     six bytes long when the secret is (the shortest, a base64 core, has at least
     ``(8n - 10) / 6`` characters for an ``n``-byte secret).
+
+    Percent-encoding and XML/HTML entities are not listed here: any mix of literal and
+    escaped bytes is matched by decoding the text (``_escapes.py``), as the forms are
+    too many to list.
 
     Not guaranteed: base64 wrapped across lines (MIME), other encodings (UTF-16,
     double URL-encoding, gzip), or a secret cut in half and encoded as two parts.
@@ -116,16 +127,13 @@ def variants(secret: bytes, *, min_length: int) -> list[bytes]:
     forms += _base64_forms(secret)
     forms.append(binascii.hexlify(secret))
     forms.append(binascii.hexlify(secret).upper())
-    forms += _url_forms(secret)
     try:
-        text = secret.decode("utf-8")
+        text: str | None = secret.decode("utf-8")
     except UnicodeDecodeError:
         text = None
     if text is not None:
         forms += _text_forms(text)
-        forms.append(repr(text)[1:-1].encode("utf-8", "surrogatepass"))  # %r, exceptions
-        forms.append(ascii(text)[1:-1].encode("ascii"))
-    forms.append(repr(secret)[2:-1].encode("ascii"))  # b'...' as logged with %r
+    forms += _repr_forms(secret, text)  # %r, exceptions, b'...' as logged
     lines = secret.splitlines()
     if len(lines) > 1:
         forms += [line for line in lines if len(line) >= min_length]

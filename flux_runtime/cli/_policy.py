@@ -64,7 +64,9 @@ def register(subparsers: Any) -> None:
         epilog=EXIT_CODES,
         formatter_class=raw,
     )
-    check.add_argument("files", nargs="+", metavar="FILE")
+    check.add_argument(
+        "files", nargs="+", metavar="FILE", help="policy files (TOML), checked as one policy"
+    )
     check.add_argument("--json", action="store_true", help="print the summary as JSON")
     check.set_defaults(func=_check)
 
@@ -74,14 +76,51 @@ def register(subparsers: Any) -> None:
         epilog=EXIT_CODES,
         formatter_class=raw,
     )
-    ev.add_argument("files", nargs="+", metavar="FILE")
-    ev.add_argument("--subject", required=True)
-    ev.add_argument("--action", required=True)
-    ev.add_argument("--resource", required=True)
-    ev.add_argument("--trust", default=None)
-    ev.add_argument("--scope", action="append", default=[], dest="scopes")
-    ev.add_argument("--context", action="append", default=[], metavar="KEY=VALUE")
-    ev.add_argument("--now", default=None, metavar="TIMESTAMP", help="ISO 8601 with offset")
+    ev.add_argument(
+        "files",
+        nargs="+",
+        metavar="FILE",
+        help="policy files (TOML); several are combined into one policy",
+    )
+    ev.add_argument(
+        "--subject", required=True, help="who asks: a principal such as user:alice (not a group)"
+    )
+    ev.add_argument("--action", required=True, help="what is asked, such as fs.read")
+    ev.add_argument(
+        "--resource",
+        required=True,
+        help="the name acted on, such as ws/app/src/main.py (normalised; '..' above it denies)",
+    )
+    ev.add_argument(
+        "--trust",
+        default=None,
+        help="the request's trust level, one of the policy's trust_levels; without it a "
+        "rule with min_trust/max_trust cannot be evaluated: such a deny applies, such a "
+        "grant does not",
+    )
+    ev.add_argument(
+        "--scope",
+        action="append",
+        default=[],
+        dest="scopes",
+        help="a scope the request holds (repeatable); a rule applies only if the request "
+        "holds all of its scopes",
+    )
+    ev.add_argument(
+        "--context",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a context attribute for 'when' conditions (repeatable); VALUE is JSON when "
+        "it parses (n=3 is an integer, ok=true a boolean), else a string",
+    )
+    ev.add_argument(
+        "--now",
+        default=None,
+        metavar="TIMESTAMP",
+        help="the time for not_before/not_after: ISO 8601 with a UTC offset "
+        "(default: the current time)",
+    )
     ev.add_argument("--json", action="store_true", help="print the decision as one JSON object")
     ev.add_argument("--explain", action="store_true", help="say why each rule did or did not apply")
     ev.set_defaults(func=_eval)

@@ -158,3 +158,70 @@ def requests(draw: st.DrawFn) -> Request:
             st.one_of(st.none(), st.sampled_from(TIMES), st.just(TIMES[1] + dt.timedelta(days=15)))
         ),
     )
+
+
+# Shapes the candidate index files under different dimensions (issue 13): a literal
+# segment after a leading wildcard, a user per rule, a group-expanded user per rule, an
+# action per rule, a segment after a wildcard segment, a suffix only. Small pools, so
+# that keys are sometimes shared and sometimes not.
+SHAPED_SUBJECTS = ["user:u0", "user:u1", "user:u2", "user:alice"]
+SHAPED_ACTIONS = ["tool.t0", "tool.t1", "fs.read", "fs.write"]
+SHAPED_SEGMENTS = ["ws", "shared", "src", "mod1", "mod2", "a.py", "x.py", "eu", ".env"]
+
+
+@st.composite
+def shaped_rules(
+    draw: st.DrawFn, kind: str, index: int, groups: dict[str, list[str]]
+) -> dict[str, Any]:
+    rule = draw(rules(kind, index, {}))
+    seg = st.sampled_from(SHAPED_SEGMENTS)
+    shape = draw(st.integers(0, 6))
+    if shape == 0:
+        rule["resources"] = [
+            draw(st.sampled_from(["**/{}/*.py", "**/{}/**", "**/{}", "*/{}/**"])).format(draw(seg))
+        ]
+        rule["actions"] = [draw(st.sampled_from(["fs.*", "**", "*"]))]
+    elif shape == 1:
+        rule["subjects"] = [draw(st.sampled_from(SHAPED_SUBJECTS))]
+        rule["resources"] = [draw(st.sampled_from(["ws/shared/src/**", "ws/**", "**"]))]
+    elif shape == 2 and groups:
+        rule["subjects"] = [draw(st.sampled_from(sorted(groups)))]
+    elif shape == 3:
+        rule["actions"] = draw(st.lists(st.sampled_from(SHAPED_ACTIONS), min_size=1, max_size=2))
+        rule["resources"] = ["**"]
+    elif shape == 4:
+        rule["resources"] = [f"ws/*/{draw(seg)}/**", f"/{draw(seg)}/**/{draw(seg)}"]
+    elif shape == 5:
+        rule["resources"] = [draw(st.sampled_from(["**/*.py", "**/*.env", "ws/*.py"]))]
+    return rule
+
+
+@st.composite
+def shaped_policy_docs(draw: st.DrawFn, max_rules: int = 24) -> dict[str, Any]:
+    groups = {
+        f"role:t{i}": draw(
+            st.lists(st.sampled_from([*SHAPED_SUBJECTS, "user:*", "svc:ci"]), max_size=3)
+        )
+        for i in range(draw(st.integers(0, 3)))
+    }
+    n = draw(st.integers(1, max_rules))
+    kinds = draw(st.lists(st.sampled_from(["grant", "deny"]), min_size=n, max_size=n))
+    doc: dict[str, Any] = {"version": 1, "groups": groups, "grant": [], "deny": []}
+    for i, kind in enumerate(kinds):
+        doc[kind].append(draw(shaped_rules(kind, i, groups)))
+    return doc
+
+
+@st.composite
+def shaped_requests(draw: st.DrawFn) -> Request:
+    segments = st.lists(st.sampled_from([*SHAPED_SEGMENTS, "b", "..", "."]), min_size=1, max_size=5)
+    resource = "/".join(draw(segments))
+    return Request(
+        subject=draw(st.sampled_from([*SHAPED_SUBJECTS, "svc:ci", "user:bob"])),
+        action=draw(st.sampled_from([*SHAPED_ACTIONS, "net.get"])),
+        resource=draw(st.sampled_from([resource, "/" + resource])),
+        trust=draw(st.one_of(st.none(), st.sampled_from(LEVELS))),
+        scopes=frozenset(draw(st.lists(st.sampled_from(["repo", "ci"])))),
+        context={"env": draw(st.sampled_from(["prod", "dev"]))},
+        now=draw(st.one_of(st.none(), st.sampled_from(TIMES))),
+    )

@@ -21,7 +21,14 @@ from flux_policy import (
     load_policy_dict,
 )
 
-from ._gen import policy_docs, requests, resource_names, rules
+from ._gen import (
+    policy_docs,
+    requests,
+    resource_names,
+    rules,
+    shaped_policy_docs,
+    shaped_requests,
+)
 
 
 def _load(doc: dict[str, Any]) -> Policy:
@@ -41,6 +48,23 @@ def test_reference_and_indexed_decide_identically(doc: dict[str, Any], reqs: lis
         assert a == b, (req, a, b)
         # explain never changes the decision
         assert idx.evaluate(req, explain=True) == b
+
+
+@given(shaped_policy_docs(), st.lists(shaped_requests(), min_size=1, max_size=8))
+def test_reference_and_indexed_decide_identically_on_indexed_shapes(
+    doc: dict[str, Any], reqs: list[Request]
+) -> None:
+    """Policies whose rules the index files by subject, group-expanded subject, action,
+    prefix or a segment required after a wildcard, and requests that hit them."""
+    policy = _load(doc)
+    ref, idx = ReferenceEvaluator(policy), IndexedEvaluator(policy)
+    for req in reqs:
+        a, b = ref.evaluate(req), idx.evaluate(req)
+        assert a == b, (req, a, b)
+        traced = idx.evaluate(req, explain=True)
+        assert traced == b
+        if all(e.rule_id is not None for e in b.errors):  # a valid request: every rule
+            assert sorted(t.rule_id for t in traced.trace) == sorted(r.id for r in policy.rules)
 
 
 @given(
