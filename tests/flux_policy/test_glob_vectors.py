@@ -21,7 +21,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from flux_policy._glob import _REGEX_MAX_WILDCARDS, Matcher, _always, _Nfa, compile_pattern
+from flux_policy._glob import (
+    _REGEX_MAX_WILDCARDS,
+    Matcher,
+    _always,
+    _Nfa,
+    compile_pattern,
+    has_wildcard,
+)
 from flux_policy._pattern import MAX_NAME_LENGTH, MAX_WILDCARDS, pattern_problem
 from tests._vectors import load_vectors
 
@@ -231,3 +238,17 @@ def test_every_small_pattern_against_every_small_name() -> None:
                 assert nfa(name) is expected, (pattern, name)
                 checked += 1
     assert checked > 40_000
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
+def test_has_wildcard_tells_literals_from_patterns(case: dict[str, Any]) -> None:
+    # The index files literal patterns by equality, the rest through compile_pattern.
+    assert has_wildcard(case["pattern"]) is (case["shape"] != "literal")
+
+
+@pytest.mark.parametrize("pattern", ["a**b", "a/**/b", "**a*b", "*a*b*c", "a**b**c**d", "**/x/**"])
+def test_any_character_run_includes_a_newline(pattern: str) -> None:
+    # ``**`` and ``/**/`` match any run of characters; names are checked for control
+    # characters before matching, but the matchers do not depend on it.
+    for name in ("a\nb", "a/\n/b", "\na\nb\nc\nd", "x/x/\n", "q\n/x/\n"):
+        assert compile_pattern(pattern)(name) is _simple_match(pattern, name), name

@@ -176,6 +176,18 @@ SECRETS: list[tuple[str, str | bytes, int, str]] = [
         "a backslash before a quote: \\\\' is not an escaped quote",
     ),
     (
+        "b64-ends-in-X",
+        "passwordW",
+        6,
+        "length 0 mod 3 ending in W: the base64 ends in X, no padding to strip",
+    ),
+    (
+        "repr-unicode",
+        "it's-p\u00e4ss\u00a0w",
+        6,
+        "non-ASCII with a quote and a character repr escapes (U+00A0): repr and ascii bodies differ",
+    ),
+    (
         "binary",
         b"\xff\xfe\x00raw-\x80bytes\xc3",
         6,
