@@ -99,6 +99,10 @@ def test_check_target() -> None:
     assert str(err) == "symlink: absolute symlink target (path '/etc/passwd')"
     with pytest.raises(InvalidPathError) as bad:
         check_target("a\nb", op="symlink")
-    assert (bad.value.reason, bad.value.path) == (ConfinementReason.CONTROL_BYTE, "a\nb")
+    assert (bad.value.reason, bad.value.op, bad.value.path) == (
+        ConfinementReason.CONTROL_BYTE,
+        "symlink",
+        "a\nb",
+    )
     with pytest.raises(TypeError, match=r"^target must be"):
         check_target(b"x", op="symlink")
