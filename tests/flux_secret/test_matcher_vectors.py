@@ -140,3 +140,49 @@ def test_snap_back(pos: int, expected: int) -> None:
 
 def test_snap_back_stops_at_the_first_byte() -> None:
     assert snap_back(b"\x80\x80", 1) == 0
+
+
+def test_stop_is_exclusive_when_a_longer_pattern_widens_the_window() -> None:
+    # The window reads longest - 1 bytes past stop; a shorter pattern starting at stop
+    # lies inside it and must still not be reported (nor one at stop from start > 0).
+    m = _m(b"secret", b"a-much-longer-pattern")
+    data = b"..secret..secret......................"
+    assert m.find(data, 0, 10) == [(2, 8, ("n0",))]
+    assert m.find(data, 1, 10) == [(2, 8, ("n0",))]
+    assert m.find(data, 3, 10) == []
+    assert m.find(data, 3, 11) == [(10, 16, ("n0",))]
+
+
+def test_block_boundary_from_a_later_start() -> None:
+    pattern = b"0123456"
+    start = 9
+    pos = start + _BLOCK  # the first byte of the second block
+    data = bytearray(b"." * (pos + 64))
+    data[pos : pos + len(pattern)] = pattern
+    m = _m(pattern, b"a-much-longer-pattern")
+    assert m.find(bytes(data), start) == [(pos, pos + len(pattern), ("n0",))]
+
+
+@pytest.mark.parametrize(
+    ("data", "iv", "expected"),
+    [
+        (b"\xc3\xa9x", (0, 1), (0, 2)),  # ends inside the first character
+        (b"\x80\x80a", (0, 0), (0, 0)),  # empty at 0: nothing to widen
+        (TEXT, (11, 11), (11, 11)),  # empty at the end: never indexes past it
+        (b"a\xc0\x80", (1, 2), (1, 3)),  # 0xC0 is a lead byte, never a continuation
+        (b"a\xc0", (2, 2), (2, 2)),
+    ],
+)
+def test_snap_out_edges(data: bytes, iv: tuple[int, int], expected: tuple[int, int]) -> None:
+    assert snap_out(data, (*iv, ())) == (*expected, ())
+
+
+def test_continuation_bytes_are_exactly_0x80_to_0xbf() -> None:
+    for byte in range(256):
+        data = bytes([0x61, byte])
+        assert snap_back(data, 1) == (0 if 0x80 <= byte <= 0xBF else 1), byte
+
+
+def test_merge_keeps_an_empty_interval_at_zero() -> None:
+    assert merge([(0, 0, ("a",)), (3, 4, ("b",))]) == [(0, 0, ("a",)), (3, 4, ("b",))]
+    assert merge([(0, 0, ("a",))]) == [(0, 0, ("a",))]
