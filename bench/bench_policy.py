@@ -13,11 +13,11 @@ Side by side in one run, interleaved rounds, medians:
 - indexed@N vs Cedar@N through cedarpy (policy set parsed once; Cedar's ``like`` has one
   ``*`` that crosses ``/``, so its patterns are the nearest equivalent, not identical).
 
-Also, for six adversarial shapes (``SHAPES``: grants told apart only by a literal
+Also, for seven adversarial shapes (``SHAPES``: grants told apart only by a literal
 segment after a leading wildcard, by user, by group-expanded user, by action, by a
-segment after a wildcard segment, or only by a file suffix), indexed@10,000 vs
-indexed@10 of the same shape in the same rounds (target: within 3x, except the
-suffix-only shape, which nothing indexes and which is reported).
+segment after a wildcard segment, by a file suffix, or only inside a wildcard
+segment), indexed@10,000 vs indexed@10 of the same shape in the same rounds (target:
+within 3x, except the last, which nothing indexes and which is reported).
 
 Run: ``python bench/bench_policy.py`` (about two minutes).
 """
@@ -143,8 +143,10 @@ def _shape_rule(shape: str, i: int) -> dict[str, Any]:
         rule.update(actions=[f"tool.t{i}"], resources=["**"])
     elif shape == "segment-after-wildcard":  # a shared prefix, then *, then the tenant
         rule.update(resources=[f"ws/shared/*/tenant{i}/**"])
-    else:  # "suffix-only": only the file suffix differs: nothing to index
+    elif shape == "suffix-only":  # only the file suffix differs
         rule.update(resources=[f"**/*.x{i}"])
+    else:  # "inside-wildcard-segment": no literal segment, prefix or suffix tells apart
+        rule.update(resources=[f"ws/*/t{i}-*"])
     return rule
 
 
@@ -155,8 +157,9 @@ SHAPES = (
     "action-per-tool",
     "segment-after-wildcard",
     "suffix-only",
+    "inside-wildcard-segment",
 )
-DEGRADING = {"suffix-only"}
+DEGRADING = {"inside-wildcard-segment"}
 
 
 def shape_doc(shape: str, n: int) -> dict[str, Any]:
@@ -187,8 +190,10 @@ def shape_requests(shape: str, n: int, count: int, seed: int = 1) -> list[Reques
             action = f"tool.t{i}"
         elif shape == "segment-after-wildcard":
             resource = f"ws/shared/eu/tenant{i}/data/f.csv"
-        else:
+        elif shape == "suffix-only":
             resource = f"ws/p/src/f.x{i}"
+        else:
+            resource = f"ws/p/t{i}-data"
         out.append(Request(subject=subject, action=action, resource=resource, now=NOW))
     return out
 

@@ -9,22 +9,24 @@ Each rule is filed under the keys of *one* dimension, the one that narrows it mo
   node of a segment trie, which a request walks along its own segments); or a
   *required segment* — a segment of the pattern holding no wildcard, which every
   name the pattern matches holds as a whole segment (its ``/`` neighbours are
-  literal, or the ends of the name: ``**/mod3/*.py`` requires ``mod3``).
+  literal, or the ends of the name: ``**/mod3/*.py`` requires ``mod3``); or its
+  *literal suffix*, the text after its last wildcard (``**/*.x7`` -> ``.x7``).
 
 "Narrows most" is measured on the policy itself: every key counts the rules that
 could be filed under it; a rule goes where its worst key is least shared. A request
 then looks up its subject, its action, its exact resource, every trie node along its
-path and every one of its segments: a handful of dictionary lookups, and only rules
-sharing one of those keys come back.
+path, every one of its segments and its tail at each length a filed suffix has: a
+handful of dictionary lookups, and only rules sharing one of those keys come back.
 
 Guarantee: :meth:`CandidateIndex.candidates` returns a superset of the rules whose
 subject, action and resource all match (each is filed under keys every match
 requires); the caller checks each candidate fully.
 
 Not guaranteed: a short list. A rule none of whose dimensions has a key (wildcard
-subjects and actions, and resources that are wildcards in every segment, such as
-``**/*.py``) is filed under the trie's root and offered to every request; so is a
-rule whose patterns differ only inside wildcard segments (``ws/t*-{i}/**``).
+subjects and actions, and resources that end in a wildcard and have no literal
+segment, such as ``ws/*/t{i}-*``) is filed under the trie's root and offered to
+every request. A policy with suffix keys of many different lengths costs every
+request one lookup per length (at most ``MAX_PATTERN_LENGTH``).
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ __all__ = ["CandidateIndex", "IndexedRule"]
 
 # A key: (dimension, value); a trie node's value is its tuple of prefix segments.
 _Key = tuple[str, str | tuple[str, ...]]
-_SUBJECT, _ACTION, _EXACT, _PREFIX, _SEGMENT = "s", "a", "x", "p", "g"
+_SUBJECT, _ACTION, _EXACT, _PREFIX, _SEGMENT, _SUFFIX = "s", "a", "x", "p", "g", "t"
 
 
 @typing.final
@@ -75,11 +77,20 @@ def required_segments(pattern: str) -> set[str]:
     return {s for s in pattern.split("/") if s and "*" not in s}
 
 
+def literal_suffix(pattern: str) -> str:
+    """The literal text after the last wildcard of *pattern*: every name it matches
+    ends with it (``**/*.py`` -> ``.py``; empty when a wildcard ends the pattern)."""
+    return pattern[pattern.rfind("*") + 1 :]
+
+
 def _resource_keys(pattern: str) -> list[_Key]:
     if "*" not in pattern:
         return [(_EXACT, pattern)]
     keys: list[_Key] = [(_PREFIX, literal_prefix(pattern))]
     keys += [(_SEGMENT, s) for s in sorted(required_segments(pattern))]
+    tail = literal_suffix(pattern)
+    if tail:
+        keys.append((_SUFFIX, tail))
     return keys
 
 
@@ -91,10 +102,22 @@ class CandidateIndex:
         rules: the rules, identified by their position in this sequence.
     """
 
-    __slots__ = ("_by", "_root")
+    __slots__ = (
+        "_actions",
+        "_exact",
+        "_root",
+        "_segments",
+        "_subjects",
+        "_suffix_lengths",
+        "_suffixes",
+    )
 
     def __init__(self, rules: Sequence[IndexedRule]) -> None:
-        self._by: dict[_Key, list[int]] = {}
+        self._subjects: dict[str, list[int]] = {}
+        self._actions: dict[str, list[int]] = {}
+        self._exact: dict[str, list[int]] = {}
+        self._segments: dict[str, list[int]] = {}
+        self._suffixes: dict[str, list[int]] = {}
         self._root = _Node()
         options = [self._options(rule) for rule in rules]
         counts: Counter[_Key] = Counter()
@@ -103,6 +126,8 @@ class CandidateIndex:
         for number, opts in enumerate(options):
             for key in self._choose(opts, counts):
                 self._file(key, number)
+        # a request looks up its own tail at each length some suffix key has
+        self._suffix_lengths = sorted({len(s) for s in self._suffixes}, reverse=True)
 
     @staticmethod
     def _options(rule: IndexedRule) -> list[list[list[_Key]]]:
@@ -130,35 +155,49 @@ class CandidateIndex:
 
     def _file(self, key: _Key, number: int) -> None:
         kind, value = key
-        if kind == _PREFIX:
+        if isinstance(value, tuple):  # _PREFIX
             node = self._root
             for segment in value:
                 node = node.children.setdefault(segment, _Node())
             node.rules.append(number)
-        else:
-            self._by.setdefault(key, []).append(number)
+            return
+        table = {
+            _SUBJECT: self._subjects,
+            _ACTION: self._actions,
+            _EXACT: self._exact,
+            _SEGMENT: self._segments,
+            _SUFFIX: self._suffixes,
+        }[kind]
+        table.setdefault(value, []).append(number)
 
     def candidates(self, subject: str, action: str, resource: str) -> set[int]:
         """Numbers of the rules sharing a key with the request (a superset of matches)."""
-        by = self._by
         found: set[int] = set(self._root.rules)
         lists: Iterable[list[int] | None] = (
-            by.get((_SUBJECT, subject)),
-            by.get((_ACTION, action)),
-            by.get((_EXACT, resource)),
+            self._subjects.get(subject),
+            self._actions.get(action),
+            self._exact.get(resource),
         )
         for rules in lists:
             if rules:
                 found.update(rules)
         segments = resource.split("/")
-        node: _Node | None = self._root
+        node = self._root
         for segment in segments:
-            node = node.children.get(segment) if node is not None else None
-            if node is None:
+            child = node.children.get(segment)
+            if child is None:
                 break
-            found.update(node.rules)
+            found.update(child.rules)
+            node = child
+        by_segment = self._segments
         for segment in set(segments):
-            rules = by.get((_SEGMENT, segment))
+            rules = by_segment.get(segment)
             if rules:
                 found.update(rules)
+        by_suffix = self._suffixes
+        for length in self._suffix_lengths:
+            if length <= len(resource):
+                rules = by_suffix.get(resource[-length:])
+                if rules:
+                    found.update(rules)
         return found

@@ -8,7 +8,8 @@ network or file IO of its own):
   file reader, registering each value with a :class:`Redactor` before returning it.
 - :class:`SecretValue` never shows its value except through ``expose_secret()``.
 - :class:`Redactor` masks registered secrets in every encoded form (raw, base64 at any
-  offset, URL, JSON, hex, lines) in ``str``, ``bytes``, nested structures, exceptions
+  offset, percent-encoding and XML/HTML entities by any encoder, JSON, ``repr``, hex,
+  lines) in ``str``, ``bytes``, nested structures, exceptions
   and log records; :class:`StreamRedactor` does the same chunk by chunk with output
   equal to whole-text redaction; :data:`DEFAULT_DETECTORS` optionally catches
   unregistered credentials by shape; :class:`RedactionReport` counts per name.

@@ -47,10 +47,19 @@ _SPARSE_GAP = 256
 _SPLIT = re.compile(b"(" + _ESCAPE.pattern + b")")
 _SPLIT_PLUS = re.compile(b"(" + _ESCAPE.pattern + rb"|\+)")
 _CACHE_MAX = 1 << 16  # decoded escapes remembered (numeric entities are many)
-# The dense filter's decoding may merge up to this many bytes before an occurrence into
-# the escape before it (a "%" then two hex digits of the occurrence), so it searches
-# for the patterns without their first _BLEED bytes.
-_BLEED = 2
+# The dense filter's decoding may merge up to this many bytes at the start of an
+# occurrence into the escape before it ("amp;" after "&#38;", two hex digits after a
+# "%"), so it searches for the patterns without their first _BLEED bytes.
+_BLEED = 4
+# Entities the filter replaces with bytes.replace, before any numeric entity left and
+# "&amp;" last: none of these yields a "&", so none is decoded twice.
+_FAST_ENTITIES = (
+    *((e, d) for e, d in _NAMED.items() if e != b"&amp;"),
+    *((b"&#%d;" % c, bytes([c])) for c in b"<>\"'"),
+    *((b"&#x%x;" % c, bytes([c])) for c in b"<>\"'"),
+    *((b"&#X%X;" % c, bytes([c])) for c in b"<>\"'"),
+)
+_NUMERIC = re.compile(rb"&#(?:[0-9]{1,7}|[xX][0-9A-Fa-f]{1,6});")
 
 
 def _decode(escape: bytes) -> bytes | None:
@@ -151,9 +160,11 @@ class EscapeMatcher:
                     pos = data.find(char, pos + 1)
                     continue
                 m = _ESCAPE.match(data, pos)
-                decoded = None if m is None else _decode(m.group())
-                if m is not None and decoded is not None:
-                    out.append((pos, m.end(), decoded))
+                if m is not None:
+                    escape = m.group()
+                    decoded = _TABLE[escape]
+                    if decoded != escape:  # else a numeric entity past U+10FFFF: text
+                        out.append((pos, m.end(), decoded))
                 pos = data.find(char, pos + 1)
         out.sort()
         return out
@@ -192,18 +203,25 @@ class EscapeMatcher:
     def _maybe_dense(self, data: bytes) -> bool:
         """Whether escape-dense *data* may hold an occurrence, decided at C speed.
 
-        Entities are decoded first (one regex pass), then percent escapes by the
+        Entities are decoded first (the common ones by ``bytes.replace``, other
+        numeric ones by one regex pass, ``&amp;`` last), then percent escapes by the
         codec of Python's ``\\x`` escapes (backslashes doubled first). Every
         occurrence the exact decoding finds then appears in this text, except that
-        a ``%`` just before it may swallow its first two bytes (a lone ``%`` followed
-        by hex digits): hence the patterns without their first ``_BLEED`` bytes. It
-        may say yes when there is none; the exact decoding then decides.
+        the escape before it may swallow its first bytes (``&#38;`` then ``amp;``
+        decodes twice; a lone ``%`` takes two hex digits): hence the patterns
+        without their first ``_BLEED`` bytes. It may say yes when there is none;
+        the exact decoding then decides.
         """
         if self._filter is None:
             return True
         text = data
         if b"&" in text:
-            text = _ENTITY.sub(lambda m: _TABLE[m.group()], text)
+            for entity, char in _FAST_ENTITIES:
+                if entity in text:
+                    text = text.replace(entity, char)
+            if b"&#" in text:
+                text = _NUMERIC.sub(lambda m: _TABLE[m.group()], text)
+            text = text.replace(b"&amp;", b"&")
         text = text.replace(b"\\", b"\\\\").replace(b"%", b"\\x")
         text = codecs.escape_decode(text, "replace")[0]
         if self._plus:

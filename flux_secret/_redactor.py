@@ -35,8 +35,11 @@ class Redactor:
 
     Guarantee: after :meth:`register` returns, every redaction that starts masks every
     occurrence of the value in every form of :func:`variants` — raw; base64 standard
-    and URL-safe, padded or not, at any byte offset inside a longer blob; URL-encoded;
-    JSON-escaped; hex; each long-enough line of a multi-line value. The union of every
+    and URL-safe, padded or not, at any byte offset inside a longer blob; JSON-escaped;
+    Python ``repr`` with either quote; hex; each long-enough line of a multi-line
+    value — and percent-encoded or XML/HTML entity-escaped with any mix of literal and
+    escaped bytes (either hex case, ``+`` or ``%20`` for a space: whatever set an
+    encoder leaves unescaped, see ``_escapes.py``). The union of every
     occurrence of every secret is masked: overlapping and adjacent occurrences become
     one marker, so no occurrence can hide the tail of another. Registration is
     thread-safe while other threads redact; the input is never modified.

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from flux_policy import IndexedEvaluator, ReferenceEvaluator, Request, load_policy_dict
-from flux_policy._candidates import literal_prefix, required_segments
+from flux_policy._candidates import literal_prefix, literal_suffix, required_segments
 from flux_policy._reference import reference_match
 
 from ._gen import resource_names, resource_patterns
@@ -43,6 +43,10 @@ SHAPES: dict[str, tuple[Any, Request]] = {
         lambda i: _rule(i, resources=[f"ws/s/*/tenant{i}/**"]),
         Request("user:u1", "fs.read", "ws/s/eu/tenant7/f.csv"),
     ),
+    "suffix only": (
+        lambda i: _rule(i, resources=[f"**/*.x{i}"]),
+        Request("user:u1", "fs.read", "ws/p/src/f.x7"),
+    ),
     "absolute path, literal prefix": (
         lambda i: _rule(i, resources=[f"/srv/t{i}/**"]),
         Request("user:u1", "fs.read", "/srv/t7/f"),
@@ -68,12 +72,12 @@ def test_index_offers_only_the_rules_sharing_a_key(shape: str) -> None:
     assert decision == ReferenceEvaluator(policy).evaluate(request)
 
 
-def test_suffix_only_rules_are_offered_to_every_request() -> None:
-    """The documented limit (decision 0043): nothing literal tells these apart."""
-    policy = load_policy_dict(_policy(lambda i: _rule(i, resources=[f"**/*.x{i}"]), 50))
+def test_rules_told_apart_inside_a_wildcard_segment_are_offered_to_every_request() -> None:
+    """The documented limit (decision 0043): no literal segment, prefix or suffix."""
+    policy = load_policy_dict(_policy(lambda i: _rule(i, resources=[f"ws/*/t{i}-*"]), 50))
     idx = IndexedEvaluator(policy)
-    assert len(idx._index.candidates("user:a", "fs.read", "ws/f.x7")) == 50
-    assert idx.evaluate(Request("user:a", "fs.read", "ws/f.x7")).determining_rules == ("r7",)
+    assert len(idx._index.candidates("user:a", "fs.read", "ws/a/t7-x")) == 50
+    assert idx.evaluate(Request("user:a", "fs.read", "ws/a/t7-x")).determining_rules == ("r7",)
 
 
 def test_required_segments_and_prefix_of_examples() -> None:
@@ -84,6 +88,7 @@ def test_required_segments_and_prefix_of_examples() -> None:
     assert literal_prefix("ws/p/*/x") == ("ws", "p")
     assert literal_prefix("/etc/**") == ("", "etc")
     assert literal_prefix("**/x") == ()
+    assert literal_suffix("**/*.x7") == ".x7" and literal_suffix("ws/**") == ""
 
 
 @given(resource_patterns(), resource_names)
@@ -94,6 +99,7 @@ def test_every_match_holds_the_required_segments_and_prefix(pattern: str, name: 
     assert required_segments(pattern) <= set(segments)
     prefix = literal_prefix(pattern)
     assert tuple(segments[: len(prefix)]) == prefix
+    assert name.endswith(literal_suffix(pattern))
 
 
 @given(

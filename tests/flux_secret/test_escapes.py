@@ -269,6 +269,8 @@ def test_escape_dense_text_decides_as_sparse_windows(
     [
         ("4Zsecret-77", b"%4Zsecret-7%37"),  # a lone "%" before: its codec eats the "4"
         ("41secret-77", b"&#37;41secret-7%37"),  # an entity for "%" before: eats "41"
+        ("amp;secret-77", b"&#38;amp;secret-7%37"),  # "&" then "amp;": decoded twice
+        ("lt;secret-77", b"&#x26;lt;secret-&#55;7"),
         ("plain+secret-77", b"plain%2Bsecret-%377"),
         ("with space-777", b"with+space-%37%377"),
     ],
@@ -291,9 +293,12 @@ def test_escape_dense_filter_never_hides_an_occurrence(secret: str, escaped: byt
 
 
 @given(
-    st.text(st.sampled_from("abcXYZ0149-_.~*'()!/+ ?=<>\"#;:@é"), min_size=8, max_size=20),
+    st.one_of(
+        st.text(st.sampled_from("abcXYZ0149-_.~*'()!/+ ?=<>\"#;:@é"), min_size=8, max_size=20),
+        st.sampled_from(["amp;secret-1", "lt;quot;-x7", "#38;amp;-zz", "41x-secret"]),
+    ),
     st.data(),
-    st.sampled_from(["", "%", "%4", "&#37;", "&#37;4", "&amp;", "&", "\\", "%%"]),
+    st.sampled_from(["", "%", "%4", "&#37;", "&#37;4", "&amp;", "&", "\\", "%%", "&#38;"]),
 )
 def test_escape_dense_filter_is_a_superset(secret: str, data: st.DataObject, before: str) -> None:
     forms: list[str] = []
@@ -318,3 +323,12 @@ def test_escape_dense_filter_is_a_superset(secret: str, data: st.DataObject, bef
     assert escapes.find(text) == exact
     if before in ("", "&amp;", "&", "\\"):  # a prefix that cannot join the first escape
         assert exact and b"[redacted]" in red.redact_bytes(text)
+
+
+def test_numeric_entity_past_the_last_code_point_is_text() -> None:
+    red = Redactor()
+    red.register("abc-secret-1", "s")
+    text = "&#1114112;&#x110000; &#97;bc-secret-1 &#x61;bc-secret-1"
+    assert red.redact(text) == "&#1114112;&#x110000; [redacted] [redacted]"
+    dense = "&#x110000;" * 60 + "&#97;bc-secret-1" + "&#65;" * 60
+    assert red.redact(dense) == "&#x110000;" * 60 + "[redacted]" + "&#65;" * 60
