@@ -35,18 +35,23 @@ from flux_system.process import (
     DEFAULT_OUTPUT_CAP,
     ChildOutput,
     ChildStatus,
+    ChildStdin,
     Limits,
     LineObserver,
     ManagedChild,
+    OutputChunk,
+    OutputTotals,
     Privileges,
     RunResult,
     System,
+    is_denied_hook,
 )
 from flux_system.workspace import FileInfo, FileKind, NamedRoot, Workspace
 
 __all__ = [
     "ChildOutput",
     "ChildStatus",
+    "ChildStdin",
     "ConfinementError",
     "ConfinementReason",
     "DEFAULT_ENV_ALLOWLIST",
@@ -62,6 +67,8 @@ __all__ = [
     "ManagedChild",
     "NamedRoot",
     "NotFoundError",
+    "OutputChunk",
+    "OutputTotals",
     "PathEscapeError",
     "PortError",
     "PortReason",
@@ -81,4 +88,5 @@ __all__ = [
     "Workspace",
     "WorkspaceError",
     "WorkspaceReason",
+    "is_denied_hook",
 ]

@@ -406,9 +406,16 @@ class SandboxUnavailableError(FluxSystemError):
 
 
 class PortError(FluxSystemError):
-    """A call through a port (a possibly remote substrate) failed."""
+    """A call through a port (a possibly remote substrate) failed.
+
+    ``remote_error`` and ``remote_reason`` are the far side's error class name and
+    reason value when the far side reported an error (``None`` otherwise): for display
+    and mapping; the class of this error is what a caller branches on.
+    """
 
     reason: PortReason
+    remote_error: str | None = None
+    remote_reason: str | None = None
 
     def __init__(
         self,

@@ -3,7 +3,12 @@
 Each subcommand lives in its own module ``flux_runtime/cli/_<name>.py`` exposing
 ``register(subparsers)`` and ``EXIT_CODES`` (the exit-code table its ``--help`` shows;
 ``flux --help`` shows them all); the module adds its parser and sets ``func`` (taking
-the parsed namespace, returning the exit code).
+the parsed namespace, returning the exit code). A module may set ``USAGE_EXIT`` (the
+exit status of its usage errors; default 2).
+
+Only the module of the subcommand being run is imported, so ``flux exec`` does not pay
+for pydantic or the policy engine (``flux --help`` imports them all). An unknown option
+of a subcommand prints that subcommand's usage, not the top-level one.
 
 Exit codes: 0 success (or the confined command's own exit code for ``flux exec``),
 2 usage or load error, 141 (128 + SIGPIPE) the reader of stdout went away (``| head``);
@@ -16,27 +21,74 @@ import argparse
 import importlib
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
 
 __all__ = ["EXIT_BROKEN_PIPE", "main"]
 
 # stdout's reader went away: what a shell reports for a process killed by SIGPIPE.
 EXIT_BROKEN_PIPE = 128 + 13
+EXIT_USAGE = 2
 
 # Subcommand modules, in help order.
-_SUBCOMMANDS: tuple[str, ...] = ("exec", "policy", "evidence")
+_SUBCOMMANDS: tuple[str, ...] = ("exec", "serve", "policy", "evidence")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+class _Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose unknown arguments are reported by the parser they
+    were given to (argparse hands a subcommand's leftovers up to the top level, which
+    then prints the top-level usage), with a per-parser usage exit status."""
+
+    usage_exit = EXIT_USAGE
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: Any = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        ns, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error("unrecognized arguments: " + " ".join(extras))
+        return ns, extras
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(self.usage_exit, f"{self.prog}: error: {message}\n")
+
+
+def _version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("flux")
+    except metadata.PackageNotFoundError:  # run from a source tree, not installed
+        return "unknown"
+
+
+class _VersionAction(argparse.Action):
+    """``--version``, looked up only when asked for (importlib.metadata is slow to load)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="show flux's version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> None:
+        print(f"flux {_version()}")
+        parser.exit()
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The ``flux`` parser with every subcommand, or with *only* that one registered."""
+    parser = _Parser(
         prog="flux",
         description="Flux execution substrate",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    parser.add_argument("--version", action=_VersionAction)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     codes = []
-    for name in _SUBCOMMANDS:
+    for name in _SUBCOMMANDS if only is None else (only,):
         module = importlib.import_module(f"flux_runtime.cli._{name}")
         module.register(sub)
+        chosen = sub.choices[name]
+        if isinstance(chosen, _Parser):
+            chosen.usage_exit = getattr(module, "USAGE_EXIT", EXIT_USAGE)
         codes.append(module.EXIT_CODES)
     parser.epilog = "\n\n".join(codes)
     return parser
@@ -44,14 +96,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``flux`` command line; return the process exit code."""
-    parser = build_parser()
-    args = parser.parse_args(list(argv) if argv is not None else None)
-    func: Callable[[argparse.Namespace], int] | None = getattr(args, "func", None)
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args == ["--version"]:  # without building any parser
+        print(f"flux {_version()}")
+        return 0
+    # The subcommand named first is the only one imported (fast start).
+    only = args[0] if args and args[0] in _SUBCOMMANDS else None
+    parser = build_parser(only)
+    parsed = parser.parse_args(args)
+    func: Callable[[argparse.Namespace], int] | None = getattr(parsed, "func", None)
     if func is None:
         parser.print_help(sys.stderr)
-        return 2
+        return EXIT_USAGE
     try:
-        code = func(args)
+        code = func(parsed)
         sys.stdout.flush()
     except BrokenPipeError:
         # Nothing more can reach the reader; drop stdout so that the flush at

@@ -1,49 +1,68 @@
-"""``flux exec`` — run one argv beneath a workspace through ``System.run`` (sandbox off).
+"""``flux exec`` — run one argv beneath a workspace, its output live (sandbox off).
+
+The command's stdout and stderr reach flux's own as they are produced, through pipes
+flux drains (``System.spawn(stream_output=True)``); flux's stdin is streamed to it when
+it is not a terminal (or with ``-i``), else it gets ``/dev/null``. See docs/cli.md.
 
 Exit codes: the command's own exit code; ``128 + N`` when it was killed by signal N;
-124 timeout; 125 any other flux error (bad cwd, workspace refused, limit, spawn
-failure); 126 not executable; 127 not found; 2 usage; ``128 + N`` also when flux itself
-gets SIGINT, SIGTERM or SIGHUP (N) — the command's tree is killed first.
-The command's captured stdout/stderr are written to flux's own (capped per stream).
+124 timeout; 125 any flux error and flux's own usage errors; 126 not executable; 127
+not found; 141 stdout's reader went away; ``128 + N`` also when flux itself gets
+SIGINT, SIGTERM or SIGHUP (N) — the command's tree is killed first.
+
+Only what this command uses is imported here (no pydantic, asyncio or policy engine):
+keep it so, ``tests/flux_runtime/test_cli_fast_start.py`` checks it.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import math
+import os
 import signal
-import sys
 import threading
+import time
 from collections.abc import Iterator
 from types import FrameType
 
+from flux_runtime.cli._exec_io import Relay, StdinPump
+from flux_runtime.cli._exec_options import ExecOptions, UsageError, add_options, options
+from flux_runtime.cli._exec_report import Outcome, write_report
+from flux_runtime.cli._text import shown
 from flux_system import (
+    ConfinementError,
     FluxSystemError,
     ProcessReason,
-    ProcessTimeoutError,
     System,
     Workspace,
+    WorkspaceError,
 )
 
-__all__ = ["register"]
+__all__ = ["USAGE_EXIT", "register"]
 
-EXIT_USAGE = 2
 EXIT_TIMEOUT = 124
 EXIT_FLUX_ERROR = 125
+EXIT_USAGE = 125  # as env, timeout, docker run: never mistaken for the command's 2
 EXIT_NOT_EXECUTABLE = 126
 EXIT_NOT_FOUND = 127
+EXIT_BROKEN_PIPE = 141
+USAGE_EXIT = EXIT_USAGE
+
+# After a timeout, how long the output already read may take to reach a reader that
+# is not reading (a paused pager) before flux stops waiting for it.
+_RELAY_AFTER_TIMEOUT_S = 1.0
 
 EXIT_CODES = """exit codes (flux exec):
   N      the command's own exit code (any value, so also 2 and 124-127)
   128+N  the command was killed by signal N, or flux got SIGINT/SIGTERM/SIGHUP
          (N) and killed the command
   124    timed out (--timeout)
-  125    refused by flux: workspace, cwd, argv, limit, spawn (reason printed)
+  125    flux's own error: usage, workspace, cwd, argv, env, limit, spawn, --report
+         (the reason is printed)
   126    the command is not executable
   127    the command was not found
-  2      usage error
-  141    stdout's reader went away (| head)"""
+  141    stdout's reader went away (| head): the command's tree was killed"""
+
+_PROG = "flux exec"
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -52,23 +71,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="run a command beneath a workspace",
         description=(
             "Run ARGV with its cwd pinned beneath the workspace, an allow-listed\n"
-            "environment, stdout/stderr captured (capped per stream) and then written\n"
-            "out, and its whole process tree killed when it ends. No OS sandbox yet:\n"
-            "the command itself can reach whatever its user can."
+            "environment, its output streamed live through pipes flux drains, and its\n"
+            "whole process tree killed when it ends. No OS sandbox yet: the command\n"
+            "itself can reach whatever its user can."
         ),
         epilog=EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--workspace", default=".", help="workspace root (default: .)")
-    parser.add_argument(
-        "--timeout", type=float, default=None, help="wall-time limit, seconds (default: none)"
-    )
-    parser.add_argument("--cwd", default=".", help="workspace-relative working directory")
-    parser.add_argument("argv", nargs=argparse.REMAINDER, help="-- ARGV...")
+    add_options(parser)
     parser.set_defaults(func=run)
 
 
-# Signals that end flux itself; turned into an exception so that System.run kills and
+# Signals that end flux itself; turned into an exception so that the System kills and
 # reaps the command's tree before flux exits (with the default action flux would die
 # and leave the tree running: it is in its own process group and gets no signal).
 _ENDING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -111,56 +125,105 @@ def _ending_signals_raise() -> Iterator[None]:
             signal.signal(sig, old)
 
 
-def _write(stream: object, data: bytes) -> None:
-    buffer = getattr(stream, "buffer", None)
-    if buffer is not None:
-        buffer.write(data)
-        buffer.flush()
+def _say(text: str) -> None:
+    with contextlib.suppress(OSError):
+        os.write(2, f"{_PROG}: {text}\n".encode(errors="replace"))
 
 
 def run(args: argparse.Namespace) -> int:
     try:
+        opts = options(args)
+    except UsageError as exc:
+        _say(str(exc))
+        return EXIT_USAGE
+    outcome = Outcome(command=opts.argv[0], stdin_mode=opts.stdin_mode)
+    try:
         with _ending_signals_raise():
-            return _run(args)
+            code = _run(opts, outcome)
     except _Ended as exc:
         name = signal.Signals(exc.signum).name
-        print(f"flux exec: got {name}; the command was killed", file=sys.stderr)
-        return 128 + exc.signum
+        _say(f"got {name}; {shown(opts.argv[0])} was killed")
+        code = 128 + exc.signum
+        outcome.interrupted = exc.signum
+    outcome.flux_exit = code
+    if opts.report is not None:
+        try:
+            write_report(opts.report, outcome)
+        except OSError as exc:
+            _say(f"--report {shown(opts.report)}: cannot write: {exc.strerror}")
+            return EXIT_FLUX_ERROR
+    return code
 
 
-def _run(args: argparse.Namespace) -> int:
-    argv = list(args.argv)
-    if argv and argv[0] == "--":
-        argv = argv[1:]
-    if not argv:
-        print("flux exec: missing command (flux exec [OPTIONS] -- ARGV...)", file=sys.stderr)
-        return EXIT_USAGE
-    timeout = args.timeout
-    if timeout is not None and (not math.isfinite(timeout) or timeout <= 0):
-        print("flux exec: --timeout must be a positive number", file=sys.stderr)
-        return EXIT_USAGE
-    if not args.workspace or "\0" in args.workspace:
-        print("flux exec: --workspace must be a non-empty path without NUL", file=sys.stderr)
-        return EXIT_USAGE
+def _refused(outcome: Outcome, exc: FluxSystemError, text: str) -> None:
+    outcome.error = (exc.reason.value, text)
+    _say(f"{text} ({exc.reason.value})")
+
+
+def _run(opts: ExecOptions, outcome: Outcome) -> int:
     try:
-        with Workspace(args.workspace) as ws, System(ws) as system:
-            result = system.run(argv, timeout=timeout, cwd=args.cwd)
-    except ProcessTimeoutError as exc:
-        _write(sys.stdout, exc.stdout)
-        _write(sys.stderr, exc.stderr)
-        print(f"flux exec: timed out after {exc.timeout} s", file=sys.stderr)
-        return EXIT_TIMEOUT
+        ws = Workspace(opts.workspace)
     except FluxSystemError as exc:
-        print(f"flux exec: {exc.message} ({exc.reason.value})", file=sys.stderr)
-        if exc.reason is ProcessReason.NOT_FOUND:
-            return EXIT_NOT_FOUND
-        if exc.reason is ProcessReason.NOT_EXECUTABLE:
-            return EXIT_NOT_EXECUTABLE
+        _refused(outcome, exc, f"workspace {shown(opts.workspace)}: {exc.message}")
         return EXIT_FLUX_ERROR
-    _write(sys.stdout, result.stdout)
-    _write(sys.stderr, result.stderr)
-    if result.stdout_truncated or result.stderr_truncated:
-        print("flux exec: output truncated at the per-stream cap", file=sys.stderr)
-    if result.signal is not None:
-        return 128 + result.signal
-    return result.exit_code
+    with ws, System(ws) as system:
+        t0 = time.monotonic()
+        try:
+            child = system.spawn(
+                opts.argv,
+                env=opts.env,
+                timeout=opts.timeout,
+                cwd=opts.cwd,
+                stream_output=True,
+                output_cap=opts.output_cap,
+                stream_stdin=opts.stdin_mode == "stream",
+            )
+        except (ConfinementError, WorkspaceError) as exc:
+            _refused(outcome, exc, f"--cwd {shown(opts.cwd)}: {exc.message}")
+            return EXIT_FLUX_ERROR
+        except FluxSystemError as exc:
+            return _spawn_refused(outcome, exc, opts.argv[0])
+        relay = Relay(child, notice_prefix=_PROG)
+        relay.start()
+        if child.stdin is not None:
+            StdinPump(child.stdin).start()
+        child.join()  # interruptible: an ending signal raises _Ended here
+        status = child.status()
+        if status.timed_out:
+            relay.done.wait(_RELAY_AFTER_TIMEOUT_S)
+        else:
+            relay.done.wait()
+        outcome.duration_s = time.monotonic() - t0
+        outcome.totals = child.output_totals()
+        outcome.stdin_bytes = 0 if child.stdin is None else child.stdin.written
+        outcome.exit_code = status.exit_code if status.signal is None else None
+        outcome.signal = status.signal
+        outcome.timed_out = status.timed_out
+        if relay.broken_pipe:
+            outcome.broken_pipe = True
+            return EXIT_BROKEN_PIPE
+        if status.timed_out:
+            _say(f"timed out after {opts.timeout} s; {shown(opts.argv[0])} was killed")
+            return EXIT_TIMEOUT
+        if status.signal is not None:
+            return 128 + status.signal
+        assert status.exit_code is not None
+        return status.exit_code
+
+
+def _spawn_refused(outcome: Outcome, exc: FluxSystemError, argv0: str) -> int:
+    name = shown(exc.target if exc.target is not None else argv0)
+    if exc.reason is ProcessReason.NOT_FOUND:
+        _refused(outcome, exc, f"{name}: command not found")
+        return EXIT_NOT_FOUND
+    if exc.reason is ProcessReason.NOT_EXECUTABLE:
+        _refused(outcome, exc, f"{name}: cannot execute: {exc.message}")
+        return EXIT_NOT_EXECUTABLE
+    if exc.reason is ProcessReason.BAD_CWD:
+        _refused(outcome, exc, f"{name}: bad working directory: {exc.message}")
+        return EXIT_FLUX_ERROR
+    if exc.reason is ProcessReason.INVALID_ENV:
+        _refused(outcome, exc, f"{name}: --env: {exc.message}")
+        return EXIT_FLUX_ERROR
+    _refused(outcome, exc, f"{name}: {exc.message}")
+    return EXIT_FLUX_ERROR

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import threading
 import time
 import typing
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 
 from flux_system.process._drain import LineObserver, Ring
+from flux_system.process._flowdrive import drive_flow
 from flux_system.process._run import Session, drive_sync
 from flux_system.process._spawn import Spawned
+from flux_system.process._stream import ChildStdin, Flow, OutputChunk, StreamSink
 
-__all__ = ["ChildOutput", "ChildStatus", "ManagedChild"]
+__all__ = ["ChildOutput", "ChildStatus", "ManagedChild", "OutputTotals"]
 
 
 @typing.final
@@ -42,6 +44,21 @@ class ChildStatus:
     timed_out: bool
 
 
+@typing.final
+@dataclass(frozen=True, slots=True)
+class OutputTotals:
+    """Byte counts of a child's output so far, per stream.
+
+    ``*_bytes`` is what the child wrote; ``*_dropped`` the part not kept or delivered
+    (past the cap of a streamed child, or overwritten in a ring buffer).
+    """
+
+    stdout_bytes: int
+    stderr_bytes: int
+    stdout_dropped: int
+    stderr_dropped: int
+
+
 class _LockedRing:
     __slots__ = ("lock", "ring")
 
@@ -63,6 +80,13 @@ class ManagedChild:
     :class:`System` closes, its whole tree is killed and reaped.
     Not guaranteed: output beyond the buffer between two :meth:`read_output` calls is
     dropped (counted, not kept). Created by :meth:`System.spawn`, not directly.
+
+    A child spawned with ``stream_output=True`` keeps no ring buffer: its output is
+    taken, in order and without loss up to ``output_cap``, with :meth:`chunks` (or
+    ``async for chunk in child.achunks()``), and its pace is the consumer's — while
+    about 1 MiB of a stream waits untaken, that pipe is not read and the child blocks
+    on it, as it would writing into a plain pipe (timeout and kill still apply).
+    With ``stream_stdin=True``, :attr:`stdin` is its :class:`ChildStdin`.
     """
 
     def __init__(
@@ -74,13 +98,22 @@ class ManagedChild:
         observer: LineObserver | None,
         timeout: float | None,
         on_done: Callable[[ManagedChild], None],
+        flow: Flow | None = None,
+        stream_output: bool = False,
     ) -> None:
         self._lock = threading.Lock()
         self._out = Ring("stdout", buffer_cap, observer)
         self._err = Ring("stderr", buffer_cap, observer)
-        self._sess = Session(
-            sp, stdin, _LockedRing(self._out, self._lock), _LockedRing(self._err, self._lock)
-        )
+        self._flow = flow
+        self._streaming = flow is not None and stream_output
+        keep = flow is not None and flow.stdin is not None
+        if flow is not None and stream_output:
+            self._sout = StreamSink("stdout", flow, observer)
+            self._serr = StreamSink("stderr", flow, observer)
+            self._sess = Session(sp, stdin, self._sout, self._serr, keep_stdin=keep)
+        else:
+            out, err = _LockedRing(self._out, self._lock), _LockedRing(self._err, self._lock)
+            self._sess = Session(sp, stdin, out, err, keep_stdin=keep)
         self._sp = sp
         self._code: int | None = None
         self._timed_out = False
@@ -125,7 +158,11 @@ class ManagedChild:
         if not self._claim():  # abandoned before this thread ran: finished there
             return
         try:
-            if not drive_sync(self._sess, deadline):
+            if self._flow is not None:
+                finished = drive_flow(self._sess, deadline, self._flow)
+            else:
+                finished = drive_sync(self._sess, deadline)
+            if not finished:
                 self._timed_out = True
                 self._sess.kill()
                 self._sess.drain_after_kill()
@@ -136,7 +173,11 @@ class ManagedChild:
             self._end()
 
     def _end(self) -> None:
-        self._code = self._sess.finish()
+        try:
+            self._code = self._sess.finish()
+        finally:
+            if self._flow is not None:
+                self._flow.end()
         self._done.set()
         with self._lock:
             callbacks, self._callbacks = self._callbacks, []
@@ -145,11 +186,92 @@ class ManagedChild:
         self._on_done(self)
 
     def read_output(self) -> ChildOutput:
-        """Take the output buffered since the previous call (never blocks)."""
+        """Take the output buffered since the previous call (never blocks).
+
+        Raises:
+            ValueError: the output is streamed (use :meth:`chunks`).
+        """
+        if self._streaming:
+            raise ValueError("this child's output is streamed: use chunks()")
         with self._lock:
             return ChildOutput(
                 self._out.take(), self._err.take(), self._out.dropped, self._err.dropped
             )
+
+    @property
+    def stdin(self) -> ChildStdin | None:
+        """The streamed stdin writer (``spawn(..., stream_stdin=True)``), else ``None``."""
+        return None if self._flow is None else self._flow.stdin
+
+    def chunks(self) -> Iterator[OutputChunk]:
+        """Yield the output of a streamed child as it is produced, until it is reaped.
+
+        Guarantee: every byte up to each stream's cap is yielded once, in the order
+        read; the iterator ends once the tree is reaped and everything was taken.
+        Blocks between chunks (a signal handler that raises interrupts the wait).
+        Several consumers share one queue: each chunk goes to one of them.
+        Not guaranteed after :meth:`kill` (or ``System.close()``): what the killed tree
+        left in its pipes is delivered only as far as the bounded post-kill read got.
+
+        Raises:
+            ValueError: the child was not spawned with ``stream_output=True``.
+        """
+        flow = self._streamed()
+        while (chunk := flow.get()) is not None:
+            yield chunk
+
+    async def achunks(self) -> AsyncIterator[OutputChunk]:
+        """As :meth:`chunks`, awaiting on the running asyncio loop (never blocking it).
+
+        Cancelling the iteration does not kill the child; call :meth:`kill` for that.
+        """
+        import asyncio
+
+        flow = self._streamed()
+        loop = asyncio.get_running_loop()
+        while True:
+            ready = asyncio.Event()
+
+            def wake(ready: asyncio.Event = ready) -> None:
+                with contextlib.suppress(RuntimeError):  # the loop was closed meanwhile
+                    loop.call_soon_threadsafe(ready.set)
+
+            got, chunk = flow.poll_chunk(wake)
+            if not got:
+                try:
+                    await ready.wait()
+                finally:
+                    flow.discard_waiter(wake)
+                continue
+            if chunk is None:
+                return
+            yield chunk
+
+    def _streamed(self) -> Flow:
+        if self._flow is None or not self._streaming:
+            raise ValueError("this child's output is not streamed (spawn stream_output=True)")
+        return self._flow
+
+    def output_totals(self) -> OutputTotals:
+        """Bytes written and dropped per stream so far (final once the child is reaped)."""
+        if self._streaming:
+            o, e = self._sout, self._serr
+            return OutputTotals(o.total, e.total, o.dropped, e.dropped)
+        with self._lock:
+            o_, e_ = self._out, self._err
+            return OutputTotals(o_.total, e_.total, o_.dropped, e_.dropped)
+
+    def add_done_callback(self, callback: Callable[[], None]) -> None:
+        """Call *callback* once the child is reaped (now, if it already is).
+
+        It runs in the drain thread (or the caller's, if already done) and must not
+        block; an exception it raises is not caught.
+        """
+        with self._lock:
+            if not self._done.is_set():
+                self._callbacks.append(callback)
+                return
+        callback()
 
     def status(self) -> ChildStatus:
         """Whether it is running, else how it ended."""
@@ -165,8 +287,13 @@ class ManagedChild:
         the leader is signalled through its pidfd, and it is reaped only after the
         tree is marked closed under the lock this kill holds, so while the kill runs
         the leader is at worst an unreaped zombie that still pins its pid and pgid;
-        a kill that comes after the reap does nothing.
+        a kill that comes after the reap does nothing. The output of a streamed child
+        still queued stays available to :meth:`chunks`; what the killed tree left in
+        its pipes is read only within the bounded post-kill wait (never at a slow
+        consumer's pace).
         """
+        if self._flow is not None:
+            self._flow.killed = True
         self._sp.tree.kill()
 
     def join(self, timeout: float | None = None) -> bool:
@@ -179,6 +306,8 @@ class ManagedChild:
         Cancelling the wait does not kill the child; call :meth:`kill` for that.
         """
         if not self._done.is_set():
+            import asyncio  # here: a synchronous caller never pays for its import
+
             loop = asyncio.get_running_loop()
             fut: asyncio.Future[None] = loop.create_future()
 

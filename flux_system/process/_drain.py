@@ -96,12 +96,13 @@ class _Lines:
 class _Stream:
     """What both buffers share: the cap, the drop count, the observer, one read."""
 
-    __slots__ = ("_grown", "_lines", "cap", "dropped")
+    __slots__ = ("_grown", "_lines", "cap", "dropped", "total")
 
     def __init__(self, name: str, cap: int, observer: LineObserver | None) -> None:
         self.cap = cap
         self._grown = False
         self.dropped = 0
+        self.total = 0  # bytes read from the pipe
         self._lines = _Lines(name, observer) if observer is not None else None
 
     def _read(self, fd: int) -> bytes | None:
@@ -114,6 +115,7 @@ class _Stream:
             if self._lines is not None:
                 self._lines.flush()
             return data
+        self.total += len(data)
         self._maybe_grow(fd, len(data))
         return data
 
@@ -159,6 +161,7 @@ class Capture(_Stream):
             except BlockingIOError:
                 return True
             self.dropped += n
+            self.total += n
             self._maybe_grow(fd, n)
             return n > 0
         data = self._read(fd)

@@ -20,7 +20,14 @@ from collections.abc import Mapping
 
 from flux_system._exceptions import ProcessReason, SpawnError
 
-__all__ = ["DEFAULT_ENV_ALLOWLIST", "DENIED_HOOKS", "build_env", "over", "resolve_argv0"]
+__all__ = [
+    "DEFAULT_ENV_ALLOWLIST",
+    "DENIED_HOOKS",
+    "build_env",
+    "is_denied_hook",
+    "over",
+    "resolve_argv0",
+]
 
 DEFAULT_ENV_ALLOWLIST: frozenset[str] = frozenset(
     {
@@ -169,6 +176,15 @@ _MAX_PATH_ENTRIES = 256  # a longer PATH is abuse, not configuration
 def _is_hook(name: str) -> bool:
     upper = name.upper()  # the loader is case-sensitive; fail closed on variants anyway
     return upper in DENIED_HOOKS or upper.startswith(_DENIED_PREFIXES)
+
+
+def is_denied_hook(name: str) -> bool:
+    """Whether *name* is a loader or interpreter hook that is never copied from the parent.
+
+    Compared upper-cased, as the allow-list filter does; for callers that copy a named
+    variable on request (``flux exec --env-pass``) and must refuse the same names.
+    """
+    return _is_hook(name)
 
 
 def _absolute_entries(path: str) -> str:

@@ -10,14 +10,13 @@ pipes reach EOF and nothing outlives the run.
 from __future__ import annotations
 
 import array
-import asyncio
 import fcntl
 import os
 import select
 import termios
 import time
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, ItemsView
 
 from flux_system.process._spawn import Spawned
 
@@ -50,7 +49,9 @@ def _pipe_pending(fd: int) -> int:
 class Session:
     """The state of one child while it runs (single-threaded use)."""
 
-    def __init__(self, sp: Spawned, stdin: bytes | None, out: Sink, err: Sink) -> None:
+    def __init__(
+        self, sp: Spawned, stdin: bytes | None, out: Sink, err: Sink, *, keep_stdin: bool = False
+    ) -> None:
         self.sp = sp
         self._stdin = memoryview(stdin) if stdin else memoryview(b"")
         self._sinks: dict[int, Sink] = {sp.stdout_fd: out, sp.stderr_fd: err}
@@ -58,16 +59,24 @@ class Session:
         self._killed_after_exit = False
         self.stdin_left = 0
         self.forget: Callable[[int], None] = lambda fd: None
-        if sp.stdin_fd is not None and not self._stdin:
+        if sp.stdin_fd is not None and not self._stdin and not keep_stdin:
             self._close_stdin()
 
     @property
     def open_outputs(self) -> tuple[int, ...]:
         return tuple(self._sinks)
 
+    def sinks(self) -> ItemsView[int, Sink]:
+        """The output fds still open and their sinks (a live view: copy to mutate)."""
+        return self._sinks.items()
+
     @property
     def done(self) -> bool:
         return self.exited and not self._sinks
+
+    def close_stdin(self) -> None:
+        """Close our end of the child's stdin (EOF for the child). Idempotent."""
+        self._close_stdin()
 
     def _close_stdin(self) -> None:
         fd = self.sp.stdin_fd
@@ -201,6 +210,8 @@ def drive_sync(sess: Session, deadline: float | None) -> bool:
 
 async def drive_async(sess: Session, timeout: float | None) -> bool:
     """Run *sess* to its end on the running loop; ``False`` when *timeout* expired."""
+    import asyncio  # here: a synchronous caller (the CLI) never pays for its import
+
     loop = asyncio.get_running_loop()
     sp = sess.sp
     fut: asyncio.Future[None] = loop.create_future()

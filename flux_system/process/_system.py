@@ -28,6 +28,7 @@ from flux_system.process._limits import Limits, Privileges
 from flux_system.process._result import DEFAULT_OUTPUT_CAP, RunResult
 from flux_system.process._run import Session, drive_async, drive_sync
 from flux_system.process._spawn import DirAuthority, Spawned, SpawnSpec, _build_spawn, check_argv
+from flux_system.process._stream import Flow
 
 __all__ = ["System"]
 
@@ -153,6 +154,8 @@ class System:
         stdin: bytes | None,
         cwd: str,
         limits: Limits | None,
+        *,
+        with_stdin: bool = False,
     ) -> Spawned:
         items = check_argv(argv)
         if limits is not None and not isinstance(limits, Limits):
@@ -176,9 +179,8 @@ class System:
                     reason=ProcessReason.TOO_MANY_CHILDREN,
                 )
             self._slots += 1
-        spec = SpawnSpec(
-            items, env, self._base_env, cwd, stdin is not None, limits, self._priv, self._cgroups
-        )
+        piped = with_stdin or stdin is not None
+        spec = SpawnSpec(items, env, self._base_env, cwd, piped, limits, self._priv, self._cgroups)
         try:
             return _build_spawn(spec, self._ws)
         except BaseException:
@@ -393,20 +395,53 @@ class System:
         limits: Limits | None = None,
         observer: LineObserver | None = None,
         buffer_cap: int = DEFAULT_OUTPUT_CAP,
+        stream_output: bool = False,
+        output_cap: int | None = None,
+        stream_stdin: bool = False,
     ) -> ManagedChild:
         """Start *argv* in the background and return its :class:`ManagedChild`.
 
         Guarantee: as :meth:`run`; the tree is killed and reaped when the child
         exits, on ``kill()``, on *timeout* and when this ``System`` closes.
-        Raises: as :meth:`run` (except ``ProcessTimeoutError``: see ``status()``).
+
+        Args:
+            stdin: bytes fed to the child; ``None`` (and no ``stream_stdin``) gives it
+                ``/dev/null``.
+            observer: called with ``(stream, line)`` for every output line, live.
+            buffer_cap: bytes the ring buffer behind ``read_output()`` keeps per stream.
+            stream_output: take the output as :class:`OutputChunk` values with
+                ``child.chunks()`` / ``child.achunks()`` — every byte, in order, at the
+                consumer's pace (back-pressure) — instead of the ring buffer.
+            output_cap: with ``stream_output``, bytes delivered per stream (``None``:
+                no cap); later bytes are drained and counted, and the chunk that meets
+                the cap says ``truncated``.
+            stream_stdin: give the child a pipe fed through ``child.stdin``
+                (:class:`ChildStdin`); a child that exits without reading it all is
+                not an error (unlike a ``bytes`` stdin given to :meth:`run`).
+
+        Raises: as :meth:`run` (except ``ProcessTimeoutError``: see ``status()``);
+            ``ValueError`` for ``stdin`` bytes together with ``stream_stdin``, or an
+            ``output_cap`` without ``stream_output``.
         """
         timeout = _check_timeout(timeout)
         data = _check_stdin(stdin)
         if isinstance(buffer_cap, bool) or not isinstance(buffer_cap, int) or buffer_cap < 1:
             raise ValueError("buffer_cap must be a positive int")
-        sp = self._start(argv, env, data, cwd, limits)
+        if output_cap is not None and (
+            isinstance(output_cap, bool) or not isinstance(output_cap, int) or output_cap < 0
+        ):
+            raise ValueError("output_cap must be a non-negative int or None")
+        if output_cap is not None and not stream_output:
+            raise ValueError("output_cap applies to stream_output=True")
+        if stream_stdin and data is not None:
+            raise ValueError("stdin bytes and stream_stdin=True exclude each other")
+        sp = self._start(argv, env, data, cwd, limits, with_stdin=bool(stream_stdin))
         child: ManagedChild | None = None
+        flow: Flow | None = None
         try:
+            if stream_output or stream_stdin:
+                cap = output_cap if stream_output else None
+                flow = Flow(cap=cap, stdin=bool(stream_stdin), target=sp.target)
             with self._lock:
                 child = ManagedChild(
                     sp,
@@ -415,6 +450,8 @@ class System:
                     observer=observer,
                     timeout=timeout,
                     on_done=self._child_done,
+                    flow=flow,
+                    stream_output=bool(stream_output),
                 )
                 self._children.add(child)
                 closed = self._closed
@@ -423,6 +460,8 @@ class System:
             child._start()
         except BaseException:  # no survivor: the thread limit, a signal, close()
             if child is None:
+                if flow is not None:
+                    flow.end()
                 self._abort(sp, None)
                 self._release()
             else:  # its on_done gives back the slot, once

@@ -1,0 +1,193 @@
+"""Remote executor benchmarks (ratios against a fair floor, side by side in one run).
+
+1. A 4 KiB file read through ``connect("unix:...")`` from a ``flux serve`` in another
+   process vs a bare two-process Unix-socket request/response carrying the same 4 KiB
+   (the floor any remote read pays: one round trip between two Python processes) —
+   target <= 3x; the ratio to a native ``Workspace.read_bytes`` is reported beside it.
+2. Streamed process output through the remote (``spawn`` of ``head -c 256M
+   /dev/zero``, every byte delivered to ``on_output``): MB/s, target >= 100 MB/s, with
+   the native figure (``System.spawn(stream_output=True)``) beside it.
+3. N concurrent clients (threads, one connection each) x 1,000 small reads against one
+   server: total ops/s for N = 1, 2, 4, 8, 16, 32.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import typing
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench._common import record, side_by_side
+from flux_system import System, Workspace
+from flux_system.port import Substrate
+from flux_system.remote import connect
+from flux_system.remote._parts import RemoteProcesses
+
+REPO = str(Path(__file__).resolve().parent.parent)
+PAYLOAD = 4096
+
+SERVER = """
+import sys
+sys.path.insert(0, {repo!r})
+from flux_system import System, Workspace
+from flux_system.remote import PortServer, ServerConfig
+ws = Workspace({root!r}); system = System(ws)
+server = PortServer(ServerConfig(ws, system=system), log=lambda line: None)
+server.start_unix({path!r})
+print("ready", flush=True)
+server.wait_closed()
+"""
+
+FLOOR = """
+import socket, struct, sys, threading
+payload = open({file!r}, 'rb').read()
+s = socket.socket(socket.AF_UNIX); s.bind({path!r}); s.listen(64)
+print("ready", flush=True)
+def serve(c):
+    while True:
+        req = c.recv(64)
+        if not req:
+            return
+        c.sendall(struct.pack('>I', len(payload)) + payload)
+while True:
+    c, _ = s.accept()
+    threading.Thread(target=serve, args=(c,), daemon=True).start()
+"""
+
+
+def _start(code: str) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == b"ready"
+    return proc
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        got = sock.recv(n - len(buf))
+        if not got:
+            raise ConnectionError("closed")
+        buf += got
+    return bytes(buf)
+
+
+def main() -> None:
+    figures: dict[str, object] = {}
+    with tempfile.TemporaryDirectory() as root:
+        (Path(root) / "f4k").write_bytes(os.urandom(PAYLOAD))
+        sockdir = tempfile.mkdtemp()
+        port_path = os.path.join(sockdir, "port.sock")
+        floor_path = os.path.join(sockdir, "floor.sock")
+        server = _start(SERVER.format(repo=REPO, root=root, path=port_path))
+        floor = _start(FLOOR.format(file=str(Path(root) / "f4k"), path=floor_path))
+        try:
+            sub = connect(f"unix:{port_path}")
+            raw = socket.socket(socket.AF_UNIX)
+            raw.connect(floor_path)
+
+            def bare() -> None:
+                raw.sendall(b'{"op":"read","path":"f4k"}')
+                (n,) = struct.unpack(">I", _recv_exact(raw, 4))
+                _recv_exact(raw, n)
+
+            with Workspace(root) as ws:
+                for _ in range(300):
+                    sub.files.read_bytes("f4k")
+                    bare()
+                read = side_by_side(lambda: sub.files.read_bytes("f4k"), bare, number=300, rounds=9)
+                native = side_by_side(
+                    lambda: sub.files.read_bytes("f4k"),
+                    lambda: ws.read_bytes("f4k"),
+                    number=300,
+                    rounds=5,
+                )
+            print(
+                f"4 KiB read: remote {read['candidate_s'] * 1e6:.0f} us, bare unix round trip "
+                f"{read['baseline_s'] * 1e6:.0f} us, ratio {read['ratio']:.2f}x (target <= 3x); "
+                f"vs native read_bytes {native['ratio']:.0f}x ({native['baseline_s'] * 1e6:.1f} us)"
+            )
+            figures["read_4k_remote_s"] = read["candidate_s"]
+            figures["read_4k_floor_s"] = read["baseline_s"]
+            figures["read_4k_ratio"] = read["ratio"]
+            figures["read_4k_vs_native"] = native["ratio"]
+
+            size = 256 * 1024 * 1024
+            rates = []
+            for _ in range(3):
+                got = [0]
+
+                def count(stream: str, data: bytes, got: list[int] = got) -> None:
+                    got[0] += len(data)
+
+                t0 = time.perf_counter()
+                procs = typing.cast(RemoteProcesses, sub.processes)
+                child = procs.spawn(["head", "-c", str(size), "/dev/zero"], on_output=count)
+                child.join(600)
+                rates.append(size / (time.perf_counter() - t0) / 1e6)
+                assert got[0] == size, got
+            with Workspace(root) as ws, System(ws) as system:
+                native_rates = []
+                for _ in range(3):
+                    t0 = time.perf_counter()
+                    child_n = system.spawn(
+                        ["head", "-c", str(size), "/dev/zero"], stream_output=True
+                    )
+                    total = sum(len(chunk.data) for chunk in child_n.chunks())
+                    child_n.join(600)
+                    assert total == size
+                    native_rates.append(size / (time.perf_counter() - t0) / 1e6)
+            stream_rate = statistics.median(rates)
+            native_rate = statistics.median(native_rates)
+            print(
+                f"streamed output: remote {stream_rate:.0f} MB/s (target >= 100 MB/s), "
+                f"native {native_rate:.0f} MB/s"
+            )
+            figures["stream_mb_s"] = stream_rate
+            figures["stream_native_mb_s"] = native_rate
+
+            scaling: dict[str, float] = {}
+            for n_clients in (1, 2, 4, 8, 16, 32):
+                subs = [connect(f"unix:{port_path}") for _ in range(n_clients)]
+                barrier = threading.Barrier(n_clients + 1)
+
+                def work(s: Substrate, barrier: threading.Barrier = barrier) -> None:
+                    barrier.wait()
+                    for _ in range(1000):
+                        s.files.read_bytes("f4k")
+
+                threads = [threading.Thread(target=work, args=(s,)) for s in subs]
+                for t in threads:
+                    t.start()
+                barrier.wait()
+                t0 = time.perf_counter()
+                for t in threads:
+                    t.join()
+                ops = n_clients * 1000 / (time.perf_counter() - t0)
+                scaling[str(n_clients)] = ops
+                for s in subs:
+                    s.close()
+                print(f"{n_clients:2d} clients x 1,000 reads: {ops:,.0f} ops/s")
+            figures["concurrent_ops_s"] = scaling
+            sub.close()
+            raw.close()
+        finally:
+            server.kill()
+            floor.kill()
+            server.wait()
+            floor.wait()
+    record("remote", figures)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,87 @@
+"""``flux exec --report FILE``: the JSON summary of one run (schema in docs/cli.md).
+
+The report names the command (``argv[0]`` only: arguments and environment values may
+hold secrets) and says how the run ended, how long it took and how many bytes each
+stream carried. ``sandbox`` is ``null`` until the sandbox reports its layers here.
+The file is written through :mod:`flux_runtime._files` (atomic replace).
+"""
+
+from __future__ import annotations
+
+import typing
+from dataclasses import dataclass
+
+from flux_system.process import OutputTotals
+
+__all__ = ["REPORT_SCHEMA", "Outcome", "report_dict", "write_report"]
+
+REPORT_SCHEMA = "flux.exec.report/1"
+
+
+@typing.final
+@dataclass(slots=True)
+class Outcome:
+    """What one ``flux exec`` run came to (filled in as it goes)."""
+
+    command: str
+    stdin_mode: str
+    flux_exit: int = 125
+    exit_code: int | None = None
+    signal: int | None = None
+    timed_out: bool = False
+    broken_pipe: bool = False
+    interrupted: int | None = None  # the signal flux itself got
+    duration_s: float = 0.0
+    totals: OutputTotals | None = None
+    stdin_bytes: int = 0
+    error: tuple[str, str] | None = None  # (reason, message)
+
+
+def _stream(totals: OutputTotals | None, name: str) -> dict[str, object]:
+    if totals is None:
+        return {"bytes": 0, "delivered": 0, "truncated": False}
+    written = totals.stdout_bytes if name == "stdout" else totals.stderr_bytes
+    dropped = totals.stdout_dropped if name == "stdout" else totals.stderr_dropped
+    return {"bytes": written, "delivered": written - dropped, "truncated": dropped > 0}
+
+
+def _ended(o: Outcome) -> str:
+    if o.error is not None:
+        return "refused"
+    if o.interrupted is not None:
+        return "interrupted"
+    if o.broken_pipe:
+        return "broken_pipe"
+    if o.timed_out:
+        return "timed_out"
+    if o.signal is not None:
+        return "signaled"
+    return "exited"
+
+
+def report_dict(o: Outcome) -> dict[str, object]:
+    """The report of *o* as a JSON-ready dict (keys as documented in docs/cli.md)."""
+    return {
+        "schema": REPORT_SCHEMA,
+        "command": o.command,
+        "ended": _ended(o),
+        "exit_code": o.exit_code,
+        "signal": o.signal,
+        "flux_exit": o.flux_exit,
+        "timed_out": o.timed_out,
+        "duration_s": round(o.duration_s, 6),
+        "stdout": _stream(o.totals, "stdout"),
+        "stderr": _stream(o.totals, "stderr"),
+        "stdin": {"mode": o.stdin_mode, "bytes": o.stdin_bytes},
+        "error": None if o.error is None else {"reason": o.error[0], "message": o.error[1]},
+        "sandbox": None,
+    }
+
+
+def write_report(path: str, o: Outcome) -> None:
+    """Write the report of *o* to *path*. Raises: OSError."""
+    import json
+
+    from flux_runtime._files import write_text_replace
+
+    write_text_replace(path, json.dumps(report_dict(o), indent=2, sort_keys=True) + "\n")

@@ -1,0 +1,346 @@
+"""The client side of one connection: handshake, a reader thread, calls by id.
+
+Guarantee: every call ends in its value or one typed error. If the connection is
+lost, a call whose request was never sent raises :class:`UnreachableError`; one that
+was sent raises :class:`UnreachableError` for an idempotent read (safe to retry) and
+:class:`UnknownOutcomeError` for anything that may have changed something (never
+retried automatically). The reader thread never blocks on a consumer: streamed
+output goes to bounded per-child buffers, so one slow stream never stalls another.
+Not guaranteed: any claim the server makes about itself (marked ``remotely_reported``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Callable
+
+from flux_system._exceptions import (
+    PortError,
+    PortReason,
+    UnknownOutcomeError,
+    UnreachableError,
+)
+from flux_system.port import Identity
+from flux_system.remote._channel import Channel
+from flux_system.remote._errors import error_from_body
+from flux_system.remote._frame import FrameDecoder, encode_frame
+from flux_system.remote._ops import IDEMPOTENT, b64d, b64e, decode_identity
+from flux_system.remote._wire import (
+    PROTOCOL_NAME,
+    SUPPORTED_VERSIONS,
+    Chunk,
+    ErrorMsg,
+    Event,
+    Goodbye,
+    Pong,
+    Result,
+    Welcome,
+    parse_message,
+)
+
+__all__ = ["Call", "Client"]
+
+_RECV = 256 * 1024
+
+
+class Call:
+    """One request in flight: its answer, download parts, and (for spawn) events."""
+
+    def __init__(self, rid: int, op: str) -> None:
+        self.id = rid
+        self.op = op
+        self.sent = False
+        self.done = threading.Event()
+        self.value: object = None
+        self.error: BaseException | None = None
+        self.download: list[bytes] = []
+        self.on_chunk: Callable[[str, bytes], None] | None = None
+        self.on_event: Callable[[Event], None] | None = None
+
+    def finish(self, value: object = None, error: BaseException | None = None) -> None:
+        if self.done.is_set():
+            return
+        self.value = value
+        self.error = error
+        self.done.set()
+
+
+class Client:
+    """A handshaken connection over *channel* to the server named *target*."""
+
+    def __init__(
+        self,
+        channel: Channel,
+        *,
+        target: str,
+        token: str | None,
+        timeout: float,
+        client_name: str = "flux_system.remote",
+    ) -> None:
+        self.target = target
+        self._ch = channel
+        self._timeout = timeout
+        self._send_lock = threading.Lock()
+        self._lock = threading.Lock()
+        self._calls: dict[int, Call] = {}
+        self._ids = itertools.count(1)
+        self._closed = False
+        self._lost: BaseException | None = None
+        self._last_pong = time.monotonic()
+        self.welcome = self._handshake(token, client_name)
+        self.identity: Identity = decode_identity(self.welcome.server.model_dump())
+        self.operations = frozenset(self.welcome.operations)
+        self.max_chunk = self.welcome.limits.max_chunk
+        self._reader = threading.Thread(
+            target=self._read_loop, name=f"flux-remote-{target}", daemon=True
+        )
+        self._reader.start()
+        self._beat = threading.Thread(
+            target=self._heartbeat, name="flux-remote-heartbeat", daemon=True
+        )
+        self._beat.start()
+
+    # -- handshake -----------------------------------------------------------------------
+
+    def _handshake(self, token: str | None, name: str) -> Welcome:
+        hello: dict[str, object] = {
+            "type": "hello",
+            "protocol": PROTOCOL_NAME,
+            "versions": list(SUPPORTED_VERSIONS),
+            "client": name,
+        }
+        if token is not None:
+            hello["token"] = token
+        self._decoder = FrameDecoder()
+        self._pending: list[dict[str, object]] = []
+        try:
+            self._ch.send_all(encode_frame(hello))
+            first = self._recv_one(deadline=time.monotonic() + self._timeout)
+        except PortError:
+            self._ch.close()
+            raise
+        except OSError as exc:
+            self._ch.close()
+            raise UnreachableError(
+                f"{self.target}: handshake failed: {exc}", op="connect", target=self.target
+            ) from exc
+        msg = parse_message(first)
+        if isinstance(msg, Goodbye):
+            self._ch.close()
+            reason = PortReason.AUTH if msg.reason == "auth" else PortReason.PROTOCOL
+            raise PortError(
+                f"{self.target} refused the connection ({msg.reason}): {msg.message}",
+                op="connect",
+                target=self.target,
+                reason=reason,
+            )
+        if not isinstance(msg, Welcome) or msg.version not in SUPPORTED_VERSIONS:
+            self._ch.close()
+            raise PortError(
+                f"{self.target} answered the handshake with {msg.type!r}",
+                op="connect",
+                target=self.target,
+                reason=PortReason.PROTOCOL,
+            )
+        return msg
+
+    def _recv_one(self, deadline: float) -> dict[str, object]:
+        while not self._pending:
+            if time.monotonic() > deadline:
+                raise UnreachableError(
+                    f"{self.target}: no handshake answer", op="connect", target=self.target
+                )
+            data = self._ch.recv(_RECV)
+            if not data:
+                raise UnreachableError(
+                    f"{self.target} closed the connection", op="connect", target=self.target
+                )
+            self._pending.extend(self._decoder.feed(data))
+        return self._pending.pop(0)
+
+    # -- calls ---------------------------------------------------------------------------
+
+    def start(
+        self,
+        op: str,
+        args: dict[str, object],
+        *,
+        upload: tuple[str, bytes] | None = None,
+        on_chunk: Callable[[str, bytes], None] | None = None,
+        on_event: Callable[[Event], None] | None = None,
+    ) -> Call:
+        """Send one request (and its upload stream, in the same locked burst)."""
+        call = Call(next(self._ids), op)
+        call.on_chunk = on_chunk
+        call.on_event = on_event
+        with self._lock:
+            if self._lost is not None or self._closed:
+                raise UnreachableError(
+                    f"{self.target}: connection is closed", op=op, target=self.target
+                )
+            self._calls[call.id] = call
+        frames = [encode_frame({"type": "request", "id": call.id, "op": op, "args": args})]
+        if upload is not None:
+            stream, data = upload
+            step = self.max_chunk
+            for start in range(0, len(data), step):  # size 0: no chunk at all
+                piece = data[start : start + step]
+                last = start + step >= len(data)
+                frames.append(
+                    encode_frame(
+                        {
+                            "type": "chunk",
+                            "id": call.id,
+                            "stream": stream,
+                            "data": b64e(piece),
+                            "last": last,
+                        }
+                    )
+                )
+        try:
+            with self._send_lock:
+                call.sent = True
+                for frame in frames:
+                    self._ch.send_all(frame)
+        except OSError as exc:
+            self._lose(exc)
+        return call
+
+    def send_chunk(self, rid: int, stream: str, data: bytes, last: bool) -> None:
+        frame = encode_frame(
+            {"type": "chunk", "id": rid, "stream": stream, "data": b64e(data), "last": last}
+        )
+        self._send_raw(frame)
+
+    def cancel(self, rid: int) -> None:
+        self._send_raw(encode_frame({"type": "cancel", "id": rid}))
+
+    def _send_raw(self, frame: bytes) -> None:
+        try:
+            with self._send_lock:
+                self._ch.send_all(frame)
+        except OSError as exc:
+            self._lose(exc)
+
+    def wait(self, call: Call, timeout: float | None = None) -> object:
+        """Block for *call*'s answer; raise its error."""
+        if not call.done.wait(timeout):
+            raise UnknownOutcomeError(
+                f"{self.target}: no answer to {call.op} within {timeout} s",
+                op=call.op,
+                target=self.target,
+            )
+        if call.error is not None:
+            raise call.error
+        return call.value
+
+    def call(
+        self, op: str, args: dict[str, object], *, upload: tuple[str, bytes] | None = None
+    ) -> object:
+        return self.wait(self.start(op, args, upload=upload))
+
+    # -- reading -------------------------------------------------------------------------
+
+    def _read_loop(self) -> None:
+        try:
+            for obj in self._pending:
+                self._route(obj)
+            self._pending.clear()
+            while True:
+                data = self._ch.recv(_RECV)
+                if not data:
+                    raise ConnectionError("the server closed the connection")
+                for obj in self._decoder.feed(data):
+                    self._route(obj)
+        except BaseException as exc:  # EOF, reset, a protocol error: all calls end
+            self._lose(exc)
+        finally:
+            self._ch.close()  # only this thread reads: the fd is released after it stops
+
+    def _route(self, obj: dict[str, object]) -> None:
+        msg = parse_message(obj)
+        if isinstance(msg, Pong):
+            self._last_pong = time.monotonic()
+            return
+        if isinstance(msg, Goodbye):
+            raise ConnectionError(f"server said goodbye ({msg.reason}): {msg.message}")
+        rid = getattr(msg, "id", None)
+        call = self._calls.get(rid) if isinstance(rid, int) else None
+        if call is None:
+            if isinstance(msg, ErrorMsg) and msg.id == 0:
+                raise ConnectionError(f"server error: {msg.error.message}")
+            return  # an answer to a call already given up on
+        if isinstance(msg, Result):
+            self._end(call, value=msg.value)
+        elif isinstance(msg, ErrorMsg):
+            self._end(call, error=error_from_body(msg.error.model_dump(), target=self.target))
+        elif isinstance(msg, Chunk):
+            data = b64d(msg.data, what="chunk data")
+            if msg.stream == "download":
+                call.download.append(data)
+            elif call.on_chunk is not None:
+                call.on_chunk(msg.stream, data)
+        elif isinstance(msg, Event):
+            if call.on_event is not None:
+                call.on_event(msg)
+            if msg.event in ("exited", "failed"):
+                self._end(call, value=msg)
+        else:
+            raise PortError(
+                f"a server may not send {msg.type!r}", op="frame", reason=PortReason.PROTOCOL
+            )
+
+    def _end(self, call: Call, *, value: object = None, error: BaseException | None = None) -> None:
+        with self._lock:
+            self._calls.pop(call.id, None)
+        call.finish(value, error)
+
+    def _lose(self, exc: BaseException) -> None:
+        with self._lock:
+            if self._lost is None:
+                self._lost = exc
+            calls, self._calls = list(self._calls.values()), {}
+        self._ch.shutdown()  # wakes the reader, which closes the fd
+        for call in calls:
+            call.finish(error=self._lost_error(call, exc))
+
+    def _lost_error(self, call: Call, exc: BaseException) -> PortError:
+        why = "closed" if self._closed else f"lost: {exc}"
+        if not call.sent or call.op in IDEMPOTENT:
+            err: PortError = UnreachableError(
+                f"{self.target}: connection {why}", op=call.op, target=self.target
+            )
+        else:
+            err = UnknownOutcomeError(
+                f"{self.target}: connection {why} after {call.op} was sent; its outcome is unknown",
+                op=call.op,
+                target=self.target,
+            )
+        err.__cause__ = exc
+        return err
+
+    def _heartbeat(self) -> None:
+        interval = self.welcome.limits.heartbeat_s
+        nonce = 0
+        while True:
+            time.sleep(interval)
+            with self._lock:
+                if self._lost is not None or self._closed:
+                    return
+            if time.monotonic() - self._last_pong > 3 * interval + self._timeout:
+                self._lose(TimeoutError(f"no heartbeat answer in {3 * interval:.0f} s"))
+                return
+            nonce += 1
+            self._send_raw(encode_frame({"type": "ping", "nonce": nonce}))
+
+    def close(self) -> None:
+        """Close the connection; calls still waiting end with the errors above."""
+        with self._lock:
+            self._closed = True
+        self._lose(ConnectionError("closed by the client"))
+
+    @property
+    def lost(self) -> bool:
+        return self._lost is not None

@@ -1,0 +1,334 @@
+"""One served connection: handshake, request dispatch, streams, teardown.
+
+One reader thread per connection reads frames and dispatches them; cheap file ops run
+inline on it, everything else on a thread of its own. Guarantee: every request is
+answered by exactly one ``result`` or ``error`` (a spawn by exactly one terminal
+``exited`` or ``failed`` event); at most ``max_in_flight`` requests run at once — past
+it the reader stops reading the connection until one ends (back-pressure, not
+refusal); when the connection ends for any reason, every child it spawned is killed
+and reaped before :meth:`Connection.serve` returns. Not guaranteed: delivery of
+answers after the client went away (they are dropped).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import threading
+import typing
+
+from flux_system._exceptions import (
+    PortError,
+    PortReason,
+    UnservedError,
+    WorkspaceError,
+    WorkspaceReason,
+)
+from flux_system.remote._channel import Channel
+from flux_system.remote._config import ServerConfig
+from flux_system.remote._errors import body_from_exception
+from flux_system.remote._frame import (
+    FrameDecoder,
+    encode_chunk,
+    encode_frame,
+    encode_read_result,
+)
+from flux_system.remote._handlers import INLINE, INLINE_READ, Handlers, Upload, file_op
+from flux_system.remote._ops import ARGS, b64d, encode_identity
+from flux_system.remote._wire import (
+    PROTOCOL_NAME,
+    SUPPORTED_VERSIONS,
+    Cancel,
+    Chunk,
+    Hello,
+    Ping,
+    Request,
+    parse_message,
+)
+
+__all__ = ["Connection"]
+
+_READ = 256 * 1024
+
+
+def _protocol(message: str) -> PortError:
+    return PortError(message, op="frame", reason=PortReason.PROTOCOL)
+
+
+class Connection:
+    """Serve one client over *channel* until either side ends (call :meth:`serve`)."""
+
+    def __init__(self, config: ServerConfig, channel: Channel, peer: str) -> None:
+        self._cfg = config
+        self._lim = config.limits
+        self._ch = channel
+        self.peer = peer
+        self._decoder = FrameDecoder(max_frame=self._lim.max_frame)
+        self._send_lock = threading.Lock()
+        self._lock = threading.Lock()
+        self._slots = threading.BoundedSemaphore(self._lim.max_in_flight)
+        self._running = 0
+        self._active: set[int] = set()
+        self._uploads: dict[int, Upload] = {}
+        self._closing = threading.Event()
+        self.requests = 0
+        self.in_flight_peak = 0
+        self.ended = ""
+        self._served = frozenset(config.operations())
+        self._handlers = Handlers(config, self)
+
+    # -- sending (any thread) ----------------------------------------------------------
+
+    def send(self, message: dict[str, object]) -> None:
+        self.send_frame(encode_frame(message, max_frame=self._lim.max_frame))
+
+    def send_frame(self, frame: bytes) -> None:
+        if self._closing.is_set():
+            raise ConnectionError("the connection is closing")
+        with self._send_lock:
+            self._ch.send_all(frame)
+
+    def send_chunk(self, rid: int, stream: str, data: bytes, last: bool = False) -> None:
+        self.send_frame(encode_chunk(rid, stream, data, last, max_frame=self._lim.max_frame))
+
+    def answer(self, rid: int, value: object) -> None:
+        self._quiet(lambda: self.send({"type": "result", "id": rid, "value": value}))
+
+    def fail(self, rid: int, op: str, exc: BaseException) -> None:
+        body = body_from_exception(exc, op)
+        self._quiet(lambda: self.send({"type": "error", "id": rid, "error": body}))
+
+    @staticmethod
+    def _quiet(fn: typing.Callable[[], None]) -> None:
+        with contextlib.suppress(ConnectionError, OSError):  # the client is gone
+            fn()
+
+    @property
+    def closing(self) -> bool:
+        return self._closing.is_set()
+
+    def abort(self) -> None:
+        """End the connection from another thread: the reader wakes and tears it down."""
+        self._ch.shutdown()
+
+    # -- the connection's life (the reader thread) ------------------------------------
+
+    def serve(self) -> None:
+        """Handshake, then serve requests until EOF, a protocol error or silence."""
+        try:
+            self.ended = "handshake refused"
+            if self._handshake():
+                self.ended = "closed by the client"
+                self._loop()
+        except PortError as exc:  # the client broke the protocol: say why, then close
+            self.ended = f"protocol error: {exc.message}"
+            self._goodbye("protocol", exc.message)
+        except TimeoutError:
+            self.ended = "silent for three heartbeats"
+        except (ConnectionError, OSError) as exc:
+            self.ended = f"connection lost: {type(exc).__name__}"
+        finally:
+            self._teardown()
+
+    def _goodbye(self, reason: str, message: str) -> None:
+        self._quiet(
+            lambda: self.send({"type": "goodbye", "reason": reason, "message": message[:4000]})
+        )
+
+    def _read(self) -> list[dict[str, object]] | None:
+        while True:
+            data = self._ch.recv(_READ)
+            if not data:
+                if not self._decoder.at_boundary():
+                    raise _protocol("the stream ended inside a frame")
+                return None
+            messages = self._decoder.feed(data)
+            if messages:
+                return messages
+
+    def _handshake(self) -> bool:
+        messages = self._read()
+        if messages is None:
+            return False
+        hello = parse_message(messages[0])
+        if not isinstance(hello, Hello):
+            self._goodbye("protocol", f"expected hello, got {hello.type}")
+            return False
+        common = sorted(set(hello.versions) & set(SUPPORTED_VERSIONS))
+        if not common:
+            self._goodbye(
+                "version",
+                f"server speaks {PROTOCOL_NAME} versions {list(SUPPORTED_VERSIONS)}, "
+                f"client offered {hello.versions[:16]}",
+            )
+            return False
+        if self._cfg.token is not None:
+            given = (hello.token or "").encode("utf-8")
+            if not hmac.compare_digest(given, self._cfg.token):
+                self._goodbye("auth", "bad or missing token")
+                return False
+        lim = self._lim
+        self.send(
+            {
+                "type": "welcome",
+                "protocol": PROTOCOL_NAME,
+                "version": common[-1],
+                "server": encode_identity(self._cfg.identity, str(self._cfg.workspace.root)),
+                "operations": sorted(self._served),
+                "limits": {
+                    "max_frame": lim.max_frame,
+                    "max_chunk": lim.max_chunk,
+                    "max_in_flight": lim.max_in_flight,
+                    "max_buffered_output": lim.max_buffered_output,
+                    "heartbeat_s": lim.heartbeat_s,
+                },
+            }
+        )
+        for extra in messages[1:]:  # pipelined after hello
+            self._dispatch(extra)
+        return True
+
+    def _loop(self) -> None:
+        while True:
+            messages = self._read()
+            if messages is None:
+                return
+            for obj in messages:
+                self._dispatch(obj)
+
+    def _teardown(self) -> None:
+        self._closing.set()
+        self._ch.shutdown()
+        for upload in list(self._uploads.values()):
+            upload.discard()
+        self._handlers.close()  # kills every child, waits for their threads
+        self._ch.close()
+
+    # -- dispatch ------------------------------------------------------------------------
+
+    def _dispatch(self, obj: dict[str, object]) -> None:
+        msg = parse_message(obj)
+        if isinstance(msg, Request):
+            self._start(msg)
+        elif isinstance(msg, Chunk):
+            upload = self._uploads.get(msg.id)
+            if upload is None or upload.stream != msg.stream:
+                raise _protocol(f"chunk for request {msg.id} ({msg.stream}) that expects none")
+            upload.add(b64d(msg.data, what="chunk data"), msg.last)
+            if msg.last:
+                del self._uploads[msg.id]
+        elif isinstance(msg, Cancel):
+            self._handlers.cancel(msg.id)
+        elif isinstance(msg, Ping):
+            self.send({"type": "pong", "nonce": msg.nonce})
+        else:
+            raise _protocol(f"a client may not send {msg.type!r}")
+
+    def _start(self, req: Request) -> None:
+        with self._lock:
+            in_use = req.id in self._active
+        if in_use:
+            raise _protocol(f"request id {req.id} is in use")
+        self._slots.acquire()  # back-pressure: nothing more is read until a slot frees
+        with self._lock:
+            self._running += 1
+            self._active.add(req.id)
+            self.requests += 1
+            self.in_flight_peak = max(self.in_flight_peak, self._running)
+        if req.op not in self._served:
+            self.done(req.id)
+            self.fail(
+                req.id,
+                req.op,
+                UnservedError(f"{req.op!r} is not served here", op=req.op, target=self.peer),
+            )
+            return
+        upload = self._expect_upload(req)
+        if upload is not None and upload.refused is not None:
+            self.done(req.id)
+            self.fail(req.id, req.op, upload.refused)
+            return
+        if self._lim.inline_fs and req.op in INLINE and self._inline(req):
+            return
+        self._handlers.start(req, upload)
+
+    def done(self, rid: int, *, keep_id: bool = False) -> None:
+        """A request ended (or a spawn started, *keep_id*): give its slot back."""
+        with self._lock:
+            if not keep_id:
+                self._active.discard(rid)
+            self._running -= 1
+        self._slots.release()
+
+    def event(self, rid: int, event: str, **fields: object) -> None:
+        self.send({"type": "event", "id": rid, "event": event, **fields})
+
+    def send_cancelled(self, rid: int, op: str) -> None:
+        body = {
+            "kind": "cancelled",
+            "error": "CancelledError",
+            "op": op,
+            "target": None,
+            "reason": "cancelled",
+            "message": "cancelled by the client",
+        }
+        self._quiet(lambda: self.send({"type": "error", "id": rid, "error": body}))
+
+    def forget(self, rid: int) -> None:
+        """A spawned child ended: its id may be used again."""
+        with self._lock:
+            self._active.discard(rid)
+
+    def _expect_upload(self, req: Request) -> Upload | None:
+        if req.op not in ("write_bytes", "append_bytes", "run", "spawn"):
+            return None
+        if req.op == "spawn":
+            if req.args.get("stdin") != "stream":
+                return None
+            upload = Upload("stdin", None, window=self._lim.max_buffered_output)
+            self._uploads[req.id] = upload
+            return upload
+        key = "stdin_size" if req.op == "run" else "size"
+        size = req.args.get(key)
+        if size is None or isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            return None  # the args are invalid or there is no stdin: validation answers
+        upload = Upload("stdin" if req.op == "run" else "upload", size)
+        if size > self._lim.max_upload:
+            upload.refuse(
+                ValueError(f"{size} bytes exceeds the {self._lim.max_upload}-byte upload limit")
+            )
+        if size == 0:
+            upload.add(b"", True)
+        else:
+            self._uploads[req.id] = upload  # until its last chunk: swallowed if refused
+        return upload
+
+    def _inline(self, req: Request) -> bool:
+        """Serve a metadata op or a small read right here (no thread switch).
+
+        Returns False, with nothing sent, when a read is larger than ``INLINE_READ``.
+        """
+        try:
+            args: typing.Any = ARGS[req.op].model_validate(req.args)
+            if req.op == "read_bytes":
+                small = args.limit is not None and args.limit <= INLINE_READ
+                try:
+                    data = self._cfg.workspace.read_bytes(
+                        args.path, limit=args.limit if small else INLINE_READ
+                    )
+                except WorkspaceError as exc:
+                    if exc.reason is WorkspaceReason.TOO_LARGE and not small:
+                        return False
+                    raise
+                frame = encode_read_result(req.id, data, max_frame=self._lim.max_frame)
+                self.done(req.id)
+                self._quiet(lambda: self.send_frame(frame))
+                return True
+            value = file_op(self._cfg, req.op, args)
+        except Exception as exc:
+            self.done(req.id)
+            self.fail(req.id, req.op, exc)
+            return True
+        self.done(req.id)
+        self.answer(req.id, value)
+        return True

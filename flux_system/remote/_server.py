@@ -1,0 +1,253 @@
+"""Listeners for the port server: Unix socket, TCP (TLS + token off loopback), stdio.
+
+One accept thread per listener; one thread per connection, which does the TLS
+handshake (so a slow client never holds up accepts) and then serves the connection.
+Guarantee: a Unix socket is created mode 0600 and a peer whose uid (``SO_PEERCRED``)
+is neither the server's nor root is refused before the handshake; a TCP listener on a
+non-loopback address refuses to start without both TLS and a token; :meth:`close`
+ends every connection (killing its children) before it returns; one line per
+connection is logged (peer, requests, peak in flight, how it ended). Not guaranteed:
+secrecy of a token sent over plain TCP on loopback from other local users (use the
+Unix socket or TLS for that).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import os
+import socket
+import ssl
+import stat
+import struct
+import sys
+import threading
+import typing
+from collections.abc import Callable
+
+from flux_system._exceptions import PortError, PortReason
+from flux_system.remote._channel import Channel, FdChannel, SocketChannel, TlsChannel
+from flux_system.remote._config import ServerConfig
+from flux_system.remote._connection import Connection
+from flux_system.remote._frame import encode_frame
+
+__all__ = ["PortServer"]
+
+Log = Callable[[str], None]
+_TLS_HANDSHAKE_S = 10.0
+
+
+def _stderr_log(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _peer_uid(sock: socket.socket) -> int | None:
+    try:
+        creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    except OSError:
+        return None
+    _pid, uid, _gid = struct.unpack("3i", creds)
+    return int(uid)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+@typing.final
+class PortServer:
+    """Serve *config* over listeners started with :meth:`start_unix`, :meth:`start_tcp`
+    or over stdio with :meth:`serve_stdio`; :meth:`close` ends it all."""
+
+    def __init__(self, config: ServerConfig, *, log: Log | None = None) -> None:
+        self._cfg = config
+        self._log = log or _stderr_log
+        self._lock = threading.Lock()
+        self._listeners: list[socket.socket] = []
+        self._threads: set[threading.Thread] = set()
+        self._connections: set[Connection] = set()
+        self._closed = threading.Event()
+        self.address: str | None = None
+
+    # -- connections -------------------------------------------------------------------
+
+    def _serve(self, channel: Channel, peer: str) -> None:
+        conn = Connection(self._cfg, channel, peer)
+        with self._lock:
+            if self._closed.is_set():
+                channel.close()
+                return
+            self._connections.add(conn)
+        try:
+            conn.serve()
+        finally:
+            with self._lock:
+                self._connections.discard(conn)
+            self._log(
+                f"flux serve: {peer}: {conn.requests} requests, "
+                f"peak {conn.in_flight_peak} in flight, {conn.ended}"
+            )
+
+    def _spawn_thread(self, target: Callable[..., None], *args: object) -> None:
+        def run() -> None:
+            try:
+                target(*args)
+            finally:
+                with self._lock:
+                    self._threads.discard(threading.current_thread())
+
+        thread = threading.Thread(target=run, name="flux-serve", daemon=True)
+        with self._lock:
+            self._threads.add(thread)
+        thread.start()
+
+    def _accept_loop(
+        self, listener: socket.socket, accept: Callable[[socket.socket, object], None]
+    ) -> None:
+        while not self._closed.is_set():
+            try:
+                sock, addr = listener.accept()
+            except OSError:
+                if self._closed.is_set():
+                    return
+                continue
+            if self._closed.is_set():
+                sock.close()
+                return
+            self._spawn_thread(accept, sock, addr)
+
+    def _silence(self, sock: socket.socket) -> None:
+        # A connection silent for three heartbeats is closed (its children killed).
+        sock.settimeout(3 * self._cfg.limits.heartbeat_s)
+
+    # -- Unix socket ---------------------------------------------------------------------
+
+    def start_unix(self, path: str) -> None:
+        """Listen on the Unix socket *path* (created 0600; an old socket there is replaced).
+
+        Raises:
+            PortError: ``PROTOCOL`` when *path* exists and is not a socket.
+        """
+        with contextlib.suppress(FileNotFoundError):
+            if not stat.S_ISSOCK(os.lstat(path).st_mode):
+                raise PortError(
+                    f"{path} exists and is not a socket",
+                    op="serve",
+                    target=path,
+                    reason=PortReason.PROTOCOL,
+                )
+            os.unlink(path)
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o177)
+        try:
+            listener.bind(path)
+        finally:
+            os.umask(old)
+        os.chmod(path, 0o600)
+        listener.listen(128)
+        me = os.getuid()
+
+        def accept(sock: socket.socket, _addr: object) -> None:
+            uid = _peer_uid(sock)
+            if uid is None or uid not in (me, 0):
+                self._log(f"flux serve: unix peer uid {uid} refused (server uid {me})")
+                with contextlib.suppress(OSError):
+                    sock.sendall(
+                        encode_frame(
+                            {"type": "goodbye", "reason": "auth", "message": "peer uid not allowed"}
+                        )
+                    )
+                sock.close()
+                return
+            self._silence(sock)
+            self._serve(SocketChannel(sock), f"unix:{path} uid={uid}")
+
+        with self._lock:
+            self._listeners.append(listener)
+        self.address = f"unix:{path}"
+        self._spawn_thread(self._accept_loop, listener, accept)
+
+    # -- TCP -----------------------------------------------------------------------------
+
+    def start_tcp(self, host: str, port: int, *, ssl_context: ssl.SSLContext | None = None) -> int:
+        """Listen on TCP *host*:*port* (0 picks a free port); return the port.
+
+        Raises:
+            PortError: ``AUTH`` when *host* is not loopback and TLS or the token is missing.
+        """
+        if not _is_loopback(host) and (ssl_context is None or self._cfg.token is None):
+            raise PortError(
+                f"refusing to listen on {host}: off loopback, TLS and a token are required",
+                op="serve",
+                target=host,
+                reason=PortReason.AUTH,
+            )
+        bare = host.strip("[]")
+        family = socket.AF_INET6 if ":" in bare else socket.AF_INET
+        listener = socket.socket(family, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((bare, port))
+        listener.listen(128)
+        bound = int(listener.getsockname()[1])
+
+        def accept(sock: socket.socket, addr: object) -> None:
+            where = f"tcp://{addr[0]}:{addr[1]}" if isinstance(addr, tuple) else "tcp"
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            channel: Channel
+            if ssl_context is not None:
+                sock.settimeout(_TLS_HANDSHAKE_S)
+                try:
+                    channel = TlsChannel(sock, ssl_context, None, server_side=True)
+                except (OSError, ssl.SSLError, ConnectionError) as exc:
+                    self._log(f"flux serve: {where}: TLS handshake failed: {type(exc).__name__}")
+                    sock.close()
+                    return
+            else:
+                channel = SocketChannel(sock)
+            self._silence(sock)
+            self._serve(channel, where)
+
+        with self._lock:
+            self._listeners.append(listener)
+        shown = f"[{bare}]" if ":" in bare else bare
+        self.address = f"tcp://{shown}:{bound}"
+        self._spawn_thread(self._accept_loop, listener, accept)
+        return bound
+
+    # -- stdio ---------------------------------------------------------------------------
+
+    def serve_stdio(self, read_fd: int = 0, write_fd: int = 1) -> None:
+        """Serve one connection over *read_fd*/*write_fd* until it ends (blocking)."""
+        self.address = "stdio"
+        self._serve(FdChannel(read_fd, write_fd), "stdio")
+
+    # -- lifetime ------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop listening and end every connection (their children are killed). Idempotent."""
+        self._closed.set()
+        with self._lock:
+            listeners, self._listeners = self._listeners, []
+            connections = list(self._connections)
+        for listener in listeners:
+            with contextlib.suppress(OSError):
+                listener.shutdown(socket.SHUT_RDWR)
+            listener.close()
+        for conn in connections:
+            conn.abort()
+        while True:
+            with self._lock:
+                threads = list(self._threads)
+            if not threads:
+                return
+            for thread in threads:
+                thread.join()
+
+    def wait_closed(self) -> None:
+        """Block until :meth:`close` is called (from another thread or a signal handler)."""
+        self._closed.wait()

@@ -1,0 +1,82 @@
+"""``flux exec --report FILE``: the documented JSON summary, whatever the outcome."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.flux_runtime._flux import HANG_GUARD_S, flux, popen
+
+
+def _report(tmp_path: Path, *args: str, input: bytes | None = None) -> tuple[int, dict[str, Any]]:
+    path = tmp_path / "out" / "report.json"
+    path.parent.mkdir(exist_ok=True)
+    run = flux("exec", "--workspace", str(tmp_path), "--report", str(path), *args, input=input)
+    return run.returncode, json.loads(path.read_text())
+
+
+def test_report_of_an_exit(tmp_path: Path) -> None:
+    code, r = _report(
+        tmp_path, "--", "sh", "-c", "cat >/dev/null; printf abc; printf de >&2; exit 3", input=b"12"
+    )
+    assert code == 3
+    assert r["schema"] == "flux.exec.report/1"
+    assert r["command"] == "sh"
+    assert r["ended"] == "exited"
+    assert (r["exit_code"], r["signal"], r["flux_exit"], r["timed_out"]) == (3, None, 3, False)
+    assert r["stdout"] == {"bytes": 3, "delivered": 3, "truncated": False}
+    assert r["stderr"] == {"bytes": 2, "delivered": 2, "truncated": False}
+    assert r["stdin"] == {"mode": "stream", "bytes": 2}
+    assert isinstance(r["duration_s"], float) and r["duration_s"] >= 0
+    assert r["error"] is None
+    assert r["sandbox"] is None  # filled in once the sandbox reports its layers
+
+
+def test_report_of_a_signal_a_timeout_and_a_cap(tmp_path: Path) -> None:
+    code, r = _report(tmp_path, "--", "sh", "-c", "kill -TERM $$")
+    assert (code, r["ended"], r["exit_code"], r["signal"]) == (143, "signaled", None, 15)
+    code, r = _report(tmp_path, "--timeout", "0.3", "--", "sleep", "30")
+    assert (code, r["ended"], r["timed_out"], r["signal"]) == (124, "timed_out", True, 9)
+    code, r = _report(tmp_path, "--output-cap", "4", "--", "head", "-c", "100000", "/dev/zero")
+    assert code == 0
+    assert r["stdout"] == {"bytes": 100000, "delivered": 4, "truncated": True}
+
+
+def test_report_of_a_refusal_names_the_reason(tmp_path: Path) -> None:
+    code, r = _report(tmp_path, "--", "flux-no-such-command-xyz")
+    assert code == 127
+    assert r["ended"] == "refused"
+    assert r["exit_code"] is None
+    assert r["flux_exit"] == 127
+    assert r["error"]["reason"] == "not_found"
+    assert "flux-no-such-command-xyz" in r["error"]["message"]
+
+
+def test_report_in_a_missing_directory_is_refused_before_running(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    run = flux(
+        "exec", "--workspace", str(tmp_path), "--report", str(tmp_path / "nope" / "r.json"),
+        "--", "touch", "ran",
+    )  # fmt: skip
+    assert run.returncode == 125
+    assert str(tmp_path / "nope").encode() in run.stderr
+    assert not marker.exists()
+
+
+def test_report_when_flux_itself_is_signalled(tmp_path: Path) -> None:
+    report = tmp_path / "r.json"
+    args = ("exec", "--workspace", str(tmp_path), "--report", str(report), "--")
+    script = "touch started; exec sleep 600"
+    with popen(*args, "sh", "-c", script, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE) as p:
+        deadline = time.monotonic() + HANG_GUARD_S
+        while not (tmp_path / "started").exists():
+            assert time.monotonic() < deadline, "hang guard"
+            time.sleep(0.01)
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=HANG_GUARD_S) == 143
+    r = json.loads(report.read_text())
+    assert (r["ended"], r["flux_exit"], r["exit_code"]) == ("interrupted", 143, None)

@@ -1,0 +1,229 @@
+"""Every operation through a real server over a real Unix socket."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import psutil
+import pytest
+
+from flux_system import (
+    PortError,
+    PortReason,
+    RefusedError,
+    UnservedError,
+    Workspace,
+)
+from flux_system.remote import ServerLimits, connect
+from tests.flux_system.remote._harness import served
+
+
+@pytest.fixture
+def remote(tmp_path: Path):  # type: ignore[no-untyped-def]
+    with served(tmp_path) as srv, connect(srv.target) as sub:
+        yield srv, sub
+
+
+def test_file_operations_round_trip(remote) -> None:  # type: ignore[no-untyped-def]
+    srv, sub = remote
+    f = sub.files
+    f.mkdir("d/e")
+    f.write_bytes("d/e/a.txt", b"one\n")
+    f.append_bytes("d/e/a.txt", b"two\n")
+    assert f.read_bytes("d/e/a.txt") == b"one\ntwo\n"
+    assert f.read_text("d/e/a.txt") == "one\ntwo\n"
+    assert f.read_bytes("d/e/a.txt", limit=100) == b"one\ntwo\n"
+    assert f.list_dir("d") == ["e"]
+    assert f.walk(".") == ["d", "d/e", "d/e/a.txt"]
+    info = f.stat("d/e/a.txt")
+    assert info.is_file and info.size == 8
+    assert f.exists("d/e/a.txt") is True
+    assert f.exists("missing") is False
+    assert f.is_dir("d") is True
+    f.rename("d/e/a.txt", "d/b.txt")
+    assert srv.workspace.read_bytes("d/b.txt") == b"one\ntwo\n"  # the far side's own view
+    f.remove("d", recursive=True)
+    assert not f.exists("d")
+    f.write_bytes("empty", b"")
+    assert f.read_bytes("empty") == b""
+
+
+def test_contents_larger_than_a_frame_travel_chunked(tmp_path: Path) -> None:
+    limits = ServerLimits(max_frame=64 * 1024, max_chunk=16 * 1024)
+    with served(tmp_path, limits=limits) as srv, connect(srv.target) as sub:
+        data = os.urandom(1024 * 1024 + 7)
+        sub.files.write_bytes("big.bin", data)
+        assert (tmp_path / "big.bin").read_bytes() == data
+        assert sub.files.read_bytes("big.bin") == data
+        result = sub.processes.run(["wc", "-c"], stdin=data)
+        assert result.stdout.strip() == str(len(data)).encode()
+
+
+def test_confinement_refusal_is_refused_with_the_far_sides_reason(remote) -> None:  # type: ignore[no-untyped-def]
+    _, sub = remote
+    with pytest.raises(RefusedError) as info:
+        sub.files.read_bytes("../outside")
+    assert info.value.remote_error == "PathEscapeError"
+    assert info.value.remote_reason == "escape"
+    with pytest.raises(RefusedError) as missing:
+        sub.files.read_bytes("nope")
+    assert missing.value.remote_error == "NotFoundError"
+
+
+def test_run_with_stdin_and_exit_code(remote) -> None:  # type: ignore[no-untyped-def]
+    _, sub = remote
+    result = sub.processes.run(["sh", "-c", "cat; echo err >&2; exit 3"], stdin=b"in\n")
+    assert (result.exit_code, result.stdout, result.stderr) == (3, b"in\n", b"err\n")
+
+
+def test_spawn_streams_output_live_and_ends_once(remote) -> None:  # type: ignore[no-untyped-def]
+    _, sub = remote
+    first = threading.Event()
+    seen: list[tuple[str, bytes]] = []
+
+    def on_output(stream: str, data: bytes) -> None:
+        seen.append((stream, data))
+        first.set()
+
+    gate = sub.files
+    gate.write_bytes("go", b"")
+    gate.remove("go")
+    # The child prints, then waits until the test creates a file: the first line must
+    # arrive while it is still running (live delivery, no timing involved).
+    child = sub.processes.spawn(
+        ["sh", "-c", "echo first; while [ ! -e go ]; do sleep 0.01; done; echo second"],
+        on_output=on_output,
+    )
+    assert first.wait(30), "no live output"
+    assert child.status().running
+    gate.write_bytes("go", b"")
+    assert child.join(30)
+    status = child.status()
+    assert (status.running, status.exit_code) == (False, 0)
+    assert b"".join(d for s, d in seen if s == "stdout") == b"first\nsecond\n"
+
+
+def test_kill_mid_stream_gives_one_terminal_event(remote) -> None:  # type: ignore[no-untyped-def]
+    _, sub = remote
+    child = sub.processes.spawn(["sh", "-c", "while :; do echo x; done"])
+    pid = child.pid
+    assert pid > 0 and psutil.pid_exists(pid)
+    child.kill()
+    assert child.join(30)
+    status = child.status()
+    assert status.signal == 9 and status.exit_code == -9
+    with pytest.raises(psutil.NoSuchProcess):
+        psutil.Process(pid).wait(10) if psutil.pid_exists(pid) else psutil.Process(pid)
+
+
+def test_fast_failing_command_still_ends(remote) -> None:  # type: ignore[no-untyped-def]
+    _, sub = remote
+    with pytest.raises(RefusedError) as info:
+        sub.processes.spawn(["no-such-command-xyz"])
+    assert info.value.remote_error == "SpawnError"
+    child = sub.processes.spawn(["sh", "-c", "exit 7"])
+    assert child.join(30)
+    assert child.status().exit_code == 7
+
+
+def test_identity_is_remotely_reported(remote) -> None:  # type: ignore[no-untyped-def]
+    _, sub = remote
+    me = sub.identity.identity()
+    assert me.remotely_reported is True
+    assert me.pid == os.getpid()  # the in-thread server is this process
+
+
+def test_metrics_are_measured_or_unavailable(remote) -> None:  # type: ignore[no-untyped-def]
+    _, sub = remote
+    m = sub.metrics.metrics()
+    assert m.memory_total.value is not None and m.memory_total.value > 0
+    for name in ("cpu_percent", "load_1m", "swap_used", "disk_used", "uptime"):
+        metric = getattr(m, name)
+        assert (metric.value is None) != (metric.unavailable is None)
+
+
+def test_families_not_served_are_unserved(tmp_path: Path) -> None:
+    with served(tmp_path, with_system=False) as srv, connect(srv.target) as sub:
+        assert sub.files.exists(".") is True
+        with pytest.raises(UnservedError):
+            sub.processes.run(["true"])
+        with pytest.raises(UnservedError):
+            sub.http.http_request("GET", "https://example.com/")
+
+
+def test_invalid_arguments_are_refused_by_structure(remote) -> None:  # type: ignore[no-untyped-def]
+    _, sub = remote
+    client = sub.closer.__self__
+    with pytest.raises(PortError) as info:
+        client.call("stat", {"path": "a", "extra": 1})
+    assert info.value.reason is PortReason.PROTOCOL
+    assert info.value.remote_error == "ValidationError"
+    with pytest.raises(TypeError):
+        sub.processes.run("echo hi")
+
+
+def test_many_concurrent_requests_respect_the_in_flight_cap(tmp_path: Path) -> None:
+    (tmp_path / "f").write_bytes(b"x" * 4096)
+    with served(tmp_path, limits=ServerLimits(max_in_flight=4)) as srv:
+        with connect(srv.target) as sub:
+            client = sub.closer.__self__  # type: ignore[union-attr]
+            calls = [client.start("read_bytes", {"path": "f"}) for _ in range(1000)]
+            values = [client.wait(c, 60) for c in calls]
+            assert all(isinstance(v, dict) and v["size"] == 4096 for v in values)
+    srv_log = "\n".join(srv.log)  # written when the server closed the connection
+    assert "1000 requests" in srv_log
+    peak = int(srv_log.split("peak ")[1].split(" ")[0])
+    assert 1 <= peak <= 4
+
+
+def test_workspace_unchanged_after_refused_write(remote, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    _, sub = remote
+    before = sorted(os.listdir(tmp_path))
+    with pytest.raises(RefusedError):
+        sub.files.write_bytes("../escape.txt", b"x")
+    assert sorted(os.listdir(tmp_path)) == before
+    assert not (tmp_path.parent / "escape.txt").exists()
+
+
+def test_native_workspace_is_a_files_port(tmp_path: Path) -> None:
+    from flux_system.port import FilesPort
+
+    with Workspace(tmp_path) as ws:
+        assert isinstance(ws, FilesPort)
+
+
+def test_streamed_stdin_reaches_the_child_with_back_pressure(tmp_path: Path) -> None:
+    import typing
+
+    from flux_system.remote._parts import RemoteProcesses
+
+    # A 1 KiB window: 8 MiB must flow through it, acknowledged as the child reads.
+    with served(tmp_path, limits=ServerLimits(max_buffered_output=1024)) as srv:
+        with connect(srv.target) as sub:
+            procs = typing.cast(RemoteProcesses, sub.processes)
+            child = procs.spawn(["sh", "-c", "wc -c"], stream_stdin=True)
+            block = os.urandom(64 * 1024)
+            for _ in range(128):
+                assert child.write_stdin(block)
+            child.close_stdin()
+            assert child.join(60)
+            assert child.read_output().stdout.strip() == str(128 * len(block)).encode()
+            # stdin given as bytes travels the same way
+            echo = procs.spawn(["cat"], stdin=b"fed whole\n")
+            assert echo.join(60)
+            assert echo.read_output().stdout == b"fed whole\n"
+
+
+def test_child_that_stops_reading_stdin_ends_the_writer(remote) -> None:  # type: ignore[no-untyped-def]
+    _, sub = remote
+    child = sub.processes.spawn(["head", "-c", "10"], stream_stdin=True)
+    sent_all = True
+    for _ in range(1000):
+        if not child.write_stdin(b"x" * 65536):
+            sent_all = False
+            break
+    assert sent_all is False  # the child exited after 10 bytes: the writer was told
+    assert child.join(60)
+    assert child.status().exit_code == 0

@@ -1,0 +1,131 @@
+"""The wire format against the language-neutral vectors and schemas in ports/."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from flux_system import PortError, PortReason
+from flux_system.remote._frame import DEFAULT_MAX_FRAME, FrameDecoder, encode_frame
+from flux_system.remote._schema import check, render
+from flux_system.remote._wire import parse_message
+
+PORTS = Path(__file__).resolve().parents[3] / "ports"
+VECTORS: list[dict[str, Any]] = json.loads((PORTS / "vectors/v1/frames.json").read_text())["cases"]
+
+
+@pytest.mark.parametrize("case", VECTORS, ids=[c["id"] for c in VECTORS])
+def test_frame_vectors(case: dict[str, Any]) -> None:
+    decoder = FrameDecoder()
+    data = bytes.fromhex(case["bytes"])
+    expect = case["expect"]
+    if "refuse" in expect:
+        with pytest.raises(PortError) as info:
+            for obj in decoder.feed(data):
+                parse_message(obj)
+        assert info.value.reason is PortReason.PROTOCOL
+        assert expect["because"] in info.value.message
+    elif expect.get("incomplete"):
+        assert decoder.feed(data) == []
+        assert not decoder.at_boundary()
+    else:
+        (obj,) = decoder.feed(data)
+        msg = parse_message(obj)
+        assert msg.model_dump(exclude_unset=True) == expect["message"]
+        # and our encoder produces exactly the vector's bytes for it
+        assert encode_frame(expect["message"]) == data
+
+
+def test_vectors_cover_refusals_and_acceptances() -> None:
+    kinds = {next(iter(c["expect"])) for c in VECTORS}
+    assert kinds == {"message", "refuse", "incomplete"}
+
+
+def test_oversized_header_refused_before_any_body_byte() -> None:
+    decoder = FrameDecoder(max_frame=1024)
+    assert decoder.feed(struct.pack(">I", 1024)[:3]) == []  # not yet: 3 header bytes
+    with pytest.raises(PortError, match="ceiling"):
+        decoder.feed(struct.pack(">I", 1025)[3:])
+    assert decoder.pending == 0  # nothing buffered for the body
+    with pytest.raises(PortError, match="framing"):  # poisoned for good
+        decoder.feed(b"")
+
+
+def test_frame_at_the_ceiling_is_accepted() -> None:
+    body = b'{"type":"result","id":1,"value":"' + b"a" * 1000 + b'"}'
+    decoder = FrameDecoder(max_frame=len(body))
+    (obj,) = decoder.feed(struct.pack(">I", len(body)) + body)
+    assert obj["type"] == "result"
+    with pytest.raises(PortError):
+        FrameDecoder(max_frame=len(body) - 1).feed(struct.pack(">I", len(body)) + body)
+
+
+def test_encoder_refuses_past_the_ceiling() -> None:
+    with pytest.raises(PortError):
+        encode_frame({"type": "result", "id": 1, "value": "x" * DEFAULT_MAX_FRAME})
+
+
+def test_byte_at_a_time_feeding_decodes_the_same() -> None:
+    msgs = [{"type": "ping", "nonce": n} for n in range(5)]
+    data = b"".join(encode_frame(m) for m in msgs)
+    decoder = FrameDecoder()
+    out = []
+    for i in range(len(data)):
+        out += decoder.feed(data[i : i + 1])
+    assert out == msgs
+
+
+def test_schemas_have_not_drifted() -> None:
+    assert check(PORTS / "schema/v1") == []
+
+
+def test_schema_drift_negative_control(tmp_path: Path) -> None:
+    for rel, text in render().items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    assert check(tmp_path) == []
+    (tmp_path / "messages/ping.json").write_text("{}")
+    (tmp_path / "messages/extra.json").write_text("{}")
+    assert sorted(check(tmp_path)) == ["extra: messages/extra.json", "stale: messages/ping.json"]
+
+
+@pytest.mark.parametrize("last", [True, False])
+@pytest.mark.parametrize("stream", ["upload", "download", "stdin", "stdout", "stderr"])
+def test_fast_chunk_encoding_is_byte_identical(stream: str, last: bool) -> None:
+    import base64
+
+    from flux_system.remote._frame import encode_chunk
+
+    data = bytes(range(256)) * 3
+    message = {
+        "type": "chunk",
+        "id": 77,
+        "stream": stream,
+        "data": base64.b64encode(data).decode(),
+        "last": last,
+    }
+    assert encode_chunk(77, stream, data, last) == encode_frame(message)
+    with pytest.raises(ValueError):
+        encode_chunk(0, stream, data)
+    with pytest.raises(ValueError):
+        encode_chunk(1, "elsewhere", data)
+
+
+@pytest.mark.parametrize("size", [0, 1, 2, 3, 4096])
+def test_fast_read_result_encoding_is_byte_identical(size: int) -> None:
+    import base64
+
+    from flux_system.remote._frame import encode_read_result
+
+    data = bytes(range(256)) * (size // 256 + 1)
+    data = data[:size]
+    message = {
+        "type": "result",
+        "id": 9,
+        "value": {"size": size, "data": base64.b64encode(data).decode()},
+    }
+    assert encode_read_result(9, data) == encode_frame(message)
