@@ -127,3 +127,19 @@ def test_loads_strict_refuses(text: str, message: str) -> None:
     with pytest.raises(ValueError) as info:
         loads_strict(text)
     assert str(info.value) == message
+
+
+@pytest.mark.parametrize("kind", ["list", "dict"])
+def test_depth_limit_when_the_brackets_outnumber_the_bound(kind: str) -> None:
+    # More brackets than MAX_DATA_DEPTH (some in a string), so the walk decides.
+    at_limit = [_nested(MAX_DATA_DEPTH - 1, kind), "[[[{{{"]
+    assert encode_data(at_limit)[1] == at_limit
+    over = [_nested(MAX_DATA_DEPTH, kind), "[[[{{{"]
+    with pytest.raises(EvidenceError, match="nests deeper"):
+        encode_data(over)
+
+
+def test_an_unencodable_object_names_its_type_in_the_cause() -> None:
+    with pytest.raises(EvidenceError) as info:
+        encode_data({"k": {1, 2}})
+    assert str(info.value.__cause__) == "set is not JSON"
