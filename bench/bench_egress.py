@@ -1,7 +1,8 @@
 """Egress guard benchmarks: guard decision cost and guarded GET vs plain httpx.
 
 Run: ``python bench/bench_egress.py``. Prints ratios measured side by side in this run
-(interleaved rounds, medians) and records them under ``egress`` in bench/results.json.
+(interleaved rounds, medians) and records them under ``egress`` in bench/results.json;
+``--dns`` runs only part 3 and records nothing.
 
 1. ``guard_url`` with a ``StaticResolver`` (µs per call), for an IP literal and for a
    name, each for a repeated URL (parse memoized) and a fresh URL text per call,
@@ -13,6 +14,13 @@ Run: ``python bench/bench_egress.py``. Prints ratios measured side by side in th
    full strict parse on every request, as for a crawler or paged API calls).
    The server runs in a separate process (asyncio, fixed 2 KiB response) so the
    client side is what is measured.
+3. ``guarded_client().get`` with its real ``DnsResolver`` against a real DNS server on
+   loopback (a separate process; ``svc.bench.example`` has an A record 127.0.0.1 with
+   TTL 300 and no AAAA, the empty answer carrying the zone's SOA) vs a plain
+   ``httpx.Client().get`` of ``http://127.0.0.1:PORT/`` — no DNS at all on the plain
+   side. Both keep-alive, interleaved rounds, medians. Target: ratio <= 1.2 (decision
+   0035: the answer cache). The same with the cache turned off (``cache_size=0``: two
+   queries per request) is printed as context.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ import httpx
 
 from bench._common import record, side_by_side
 from flux_system.net import (
+    DnsResolver,
     PrivateNetAllow,
     StaticResolver,
     guard_url,
@@ -54,6 +63,104 @@ async def main():
     await asyncio.sleep(3600)
 asyncio.run(main())
 """
+
+
+DNS_SERVER = r"""
+import socket, sys
+import dns.message, dns.rcode, dns.rdatatype, dns.rrset
+ZONE, NAME, TTL = "bench.example.", "svc.bench.example.", 300
+SOA = dns.rrset.from_text(ZONE, TTL, "IN", "SOA", f"ns.{ZONE} host.{ZONE} 1 3600 600 86400 {TTL}")
+udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+udp.bind(("127.0.0.1", 0))
+print(udp.getsockname()[1], flush=True)
+while True:
+    wire, peer = udp.recvfrom(4096)
+    query = dns.message.from_wire(wire)
+    reply = dns.message.make_response(query)
+    question = query.question[0]
+    if question.name.to_text().lower() != NAME:
+        reply.set_rcode(dns.rcode.NXDOMAIN)
+        reply.authority.append(SOA)
+    elif question.rdtype == dns.rdatatype.A:
+        reply.answer.append(dns.rrset.from_text(question.name, TTL, "IN", "A", "127.0.0.1"))
+    else:  # no AAAA: NODATA with the zone's SOA (RFC 2308), so the answer is cacheable
+        reply.authority.append(SOA)
+    udp.sendto(reply.to_wire(), peer)
+"""
+
+
+def _server(script: str) -> tuple[subprocess.Popen[str], int]:
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    return proc, int(proc.stdout.readline())
+
+
+def bench_dns_get() -> dict[str, float]:
+    http, port = _server(SERVER)
+    dns_proc, dns_port = _server(DNS_SERVER)
+    try:
+        allow = PrivateNetAllow(cidrs=["127.0.0.1/32"])
+        resolver = DnsResolver(["127.0.0.1"], port=dns_port)
+        cached = guarded_client(allow=allow, resolver=resolver, ports=[port])
+        uncached = guarded_client(
+            allow=allow,
+            resolver=DnsResolver(["127.0.0.1"], port=dns_port, cache_size=0),
+            ports=[port],
+        )
+        plain = httpx.Client(trust_env=False)
+        g_url = f"http://svc.bench.example:{port}/items?page=2"
+        p_url = f"http://127.0.0.1:{port}/items?page=2"
+        for _ in range(200):  # warm both pools and code paths (and the answer cache)
+            cached.get(g_url)
+            plain.get(p_url)
+        for _ in range(20):
+            uncached.get(g_url)
+        figures = side_by_side(
+            lambda: cached.get(g_url), lambda: plain.get(p_url), number=100, rounds=41
+        )
+        cpu = _cpu_side_by_side(lambda: cached.get(g_url), lambda: plain.get(p_url))
+        off = side_by_side(
+            lambda: uncached.get(g_url), lambda: plain.get(p_url), number=50, rounds=15
+        )
+        # The guard alone: a cache hit of DnsResolver vs a StaticResolver lookup.
+        static = StaticResolver({"svc.bench.example": ["127.0.0.1"]})
+        decision = side_by_side(
+            lambda: guard_url(g_url, allow=allow, resolver=resolver, ports=[port]),
+            lambda: guard_url(g_url, allow=allow, resolver=static, ports=[port]),
+            number=5000,
+        )
+        for client in (cached, uncached, plain):
+            client.close()
+    finally:
+        for proc in (http, dns_proc):
+            proc.terminate()
+            proc.wait(5)
+    print(
+        f"GET via DnsResolver (cached answer, TTL 300) vs plain httpx to the IP: guarded "
+        f"{figures['candidate_s'] * 1e6:.0f} µs, plain {figures['baseline_s'] * 1e6:.0f} µs; "
+        f"ratio {figures['ratio']:.3f}x (target <= 1.2x); client CPU ratio {cpu['ratio']:.3f}x"
+    )
+    print(
+        f"GET via DnsResolver, cache off (two queries per request): guarded "
+        f"{off['candidate_s'] * 1e6:.0f} µs, plain {off['baseline_s'] * 1e6:.0f} µs; "
+        f"ratio {off['ratio']:.3f}x"
+    )
+    print(
+        f"guard_url, DnsResolver cache hit: {decision['candidate_s'] * 1e6:.1f} µs/call; "
+        f"StaticResolver {decision['baseline_s'] * 1e6:.1f} µs; ratio {decision['ratio']:.2f}x"
+    )
+    return {
+        "guard_dns_cache_hit_us": decision["candidate_s"] * 1e6,
+        "guard_dns_cache_hit_vs_static": decision["ratio"],
+        "get_dns_cached_guarded_us": figures["candidate_s"] * 1e6,
+        "get_dns_cached_plain_ip_us": figures["baseline_s"] * 1e6,
+        "get_dns_cached_ratio": figures["ratio"],
+        "get_dns_cached_cpu_ratio": cpu["ratio"],
+        "get_dns_cached_target_ratio": 1.2,
+        "get_dns_uncached_guarded_us": off["candidate_s"] * 1e6,
+        "get_dns_uncached_plain_ip_us": off["baseline_s"] * 1e6,
+        "get_dns_uncached_ratio": off["ratio"],
+    }
 
 
 def bench_guard() -> dict[str, float]:
@@ -174,8 +281,12 @@ def bench_get() -> dict[str, float]:
 
 
 def main() -> None:
+    if "--dns" in sys.argv[1:]:
+        print(bench_dns_get())  # not recorded: a partial run
+        return
     figures = bench_guard()
     figures.update(bench_get())
+    figures.update(bench_dns_get())
     record("egress", figures)
 
 

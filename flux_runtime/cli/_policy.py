@@ -89,7 +89,8 @@ def register(subparsers: Any) -> None:
     ev.add_argument(
         "--resource",
         required=True,
-        help="the name acted on, such as ws/app/src/main.py (normalised; '..' above it denies)",
+        help="the name acted on, such as ws/app/src/main.py (normalised first; a name "
+        "whose '..' climbs above its start is denied)",
     )
     ev.add_argument(
         "--trust",

@@ -10,6 +10,15 @@ ranges inside 2000::/3 that are denied too, plus (for readable errors) the notab
 ranges outside it. Ranges that embed an IPv4 address (IPv4-mapped, -compatible,
 -translated, NAT64, 6to4, Teredo) are denied whole, never "unwrapped": an embedded
 address that looks public does not make the outer address public.
+
+Beyond the special-purpose registries, the table denies the AS112 and AMT anycast
+services (decision 0031): 192.31.196.0/24 and 2001:4:112::/48 (AS112 DNAME
+redirection, RFC 7535; in the registries, marked globally reachable),
+192.175.48.0/24 and 2620:4f:8000::/48 (AS112 direct delegation, RFC 7534; ordinary
+assignments to the AS112 project, in no special registry) and 192.52.193.0/24 and
+2001:3::/32 (AMT relays, RFC 7450; in the registries, globally reachable). They lie
+in public IPv4 space and inside 2000::/3, so only their own rows deny them: the
+classifier checks every row before the 2000::/3 rule.
 """
 
 from __future__ import annotations
@@ -21,7 +30,7 @@ from typing import Final, final
 __all__ = ["IPV6_GLOBAL_UNICAST", "REGISTRY_DATES", "TABLE", "TABLE_REVIEWED", "BlockEntry"]
 
 #: When this table was last reviewed against the registries below.
-TABLE_REVIEWED: Final = "2026-11-29"
+TABLE_REVIEWED: Final = "2026-12-01"
 
 #: The registry state the table reflects: the newest entry each registry had that
 #: this table accounts for (IANA registry pages carry their own "Last Updated" date).
@@ -68,8 +77,13 @@ _IPV4_ROWS: Final = (
     ("172.16.0.0/12", "private-use", "RFC 1918"),
     ("192.0.0.0/24", "IETF protocol assignments (whole /24)", "RFC 6890 §2.1"),
     ("192.0.2.0/24", "documentation TEST-NET-1", "RFC 5737"),
+    # AS112 and AMT anycast (decision 0031, 2026-12-01): public space, but no agent
+    # needs a sink for misdirected reverse lookups or a multicast tunnel relay.
+    ("192.31.196.0/24", "AS112-v4 DNAME redirection sink", "RFC 7535"),
+    ("192.52.193.0/24", "AMT relay anycast", "RFC 7450"),
     ("192.88.99.0/24", "6to4 relay anycast (deprecated)", "RFC 7526"),
     ("192.168.0.0/16", "private-use", "RFC 1918"),
+    ("192.175.48.0/24", "AS112 direct delegation", "RFC 7534"),
     ("198.18.0.0/15", "benchmarking", "RFC 2544"),
     ("198.51.100.0/24", "documentation TEST-NET-2", "RFC 5737"),
     ("203.0.113.0/24", "documentation TEST-NET-3", "RFC 5737"),
@@ -83,10 +97,13 @@ _IPV6_ROWS: Final = (
     ("2001::/23", "IETF protocol assignments (whole /23)", "RFC 2928"),
     ("2001::/32", "Teredo (embeds IPv4)", "RFC 4380"),
     ("2001:2::/48", "benchmarking", "RFC 5180"),
+    ("2001:3::/32", "AMT relay anycast", "RFC 7450"),
+    ("2001:4:112::/48", "AS112-v6 DNAME redirection sink", "RFC 7535"),
     ("2001:10::/28", "ORCHID (deprecated)", "RFC 4843"),
     ("2001:20::/28", "ORCHIDv2", "RFC 7343"),
     ("2001:db8::/32", "documentation", "RFC 3849"),
     ("2002::/16", "6to4 (embeds IPv4)", "RFC 3056"),
+    ("2620:4f:8000::/48", "AS112 direct delegation", "RFC 7534"),
     ("3fff::/20", "documentation", "RFC 9637"),
     # Outside 2000::/3 (denied by the global-unicast rule; named for errors).
     ("::/128", "unspecified", "RFC 4291"),

@@ -120,8 +120,10 @@ class _ResponseStream(httpx.SyncByteStream):
 class GuardedTransport(PinningTransport, httpx.BaseTransport):
     """A sync httpx transport: guard every request, then dial only its vetted addresses.
 
-    Guarantee: each request's host is resolved once by the guard and the TCP
-    connection goes to one of the vetted addresses; no other resolution happens (not
+    Guarantee: each request's host is resolved once by the guard (a
+    :class:`DnsResolver` may answer from its cache of raw answers, classified afresh
+    under this transport's grants) and the TCP connection goes to one of the vetted
+    addresses; no other resolution happens (not
     even ``getaddrinfo`` on the literal); SNI, the Host header and certificate
     verification use the guarded hostname; no proxy is ever used. A kept-alive
     connection to the same host and port (vetted by an earlier request of this

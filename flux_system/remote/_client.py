@@ -25,7 +25,13 @@ from flux_system._exceptions import (
 from flux_system.port import Identity
 from flux_system.remote._channel import Channel
 from flux_system.remote._errors import error_from_body
-from flux_system.remote._frame import FrameDecoder, encode_frame
+from flux_system.remote._frame import (
+    FrameDecoder,
+    decode_body,
+    encode_frame,
+    fast_chunk,
+    fast_read_result,
+)
 from flux_system.remote._ops import IDEMPOTENT, b64d, b64e, decode_identity
 from flux_system.remote._wire import (
     PROTOCOL_NAME,
@@ -252,12 +258,37 @@ class Client:
                 data = self._ch.recv(_RECV)
                 if not data:
                     raise ConnectionError("the server closed the connection")
-                for obj in self._decoder.feed(data):
-                    self._route(obj)
+                for body in self._decoder.feed_bodies(data):
+                    self._route_body(body)
         except BaseException as exc:  # EOF, reset, a protocol error: all calls end
             self._lose(exc)
         finally:
             self._ch.close()  # only this thread reads: the fd is released after it stops
+
+    def _route_body(self, body: bytes) -> None:
+        """Bulk frames in the canonical spelling skip JSON and the models (the same
+        checks, done directly on the bytes); everything else takes the general path."""
+        chunk = fast_chunk(body)
+        if chunk is not None:
+            rid, stream, data, _last = chunk
+            call = self._calls.get(rid)
+            if call is not None:
+                self._chunk(call, stream, data)
+            return
+        small = fast_read_result(body)
+        if small is not None:
+            rid, data = small
+            call = self._calls.get(rid)
+            if call is not None:
+                self._end(call, value={"size": len(data), "bytes": data})
+            return
+        self._route(decode_body(body))
+
+    def _chunk(self, call: Call, stream: str, data: bytes) -> None:
+        if stream == "download":
+            call.download.append(data)
+        elif call.on_chunk is not None:
+            call.on_chunk(stream, data)
 
     def _route(self, obj: dict[str, object]) -> None:
         msg = parse_message(obj)
@@ -277,11 +308,7 @@ class Client:
         elif isinstance(msg, ErrorMsg):
             self._end(call, error=error_from_body(msg.error.model_dump(), target=self.target))
         elif isinstance(msg, Chunk):
-            data = b64d(msg.data, what="chunk data")
-            if msg.stream == "download":
-                call.download.append(data)
-            elif call.on_chunk is not None:
-                call.on_chunk(msg.stream, data)
+            self._chunk(call, msg.stream, b64d(msg.data, what="chunk data"))
         elif isinstance(msg, Event):
             if call.on_event is not None:
                 call.on_event(msg)

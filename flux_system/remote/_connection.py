@@ -29,9 +29,11 @@ from flux_system.remote._config import ServerConfig
 from flux_system.remote._errors import body_from_exception
 from flux_system.remote._frame import (
     FrameDecoder,
+    decode_body,
     encode_chunk,
     encode_frame,
     encode_read_result,
+    fast_chunk,
 )
 from flux_system.remote._handlers import INLINE, INLINE_READ, Handlers, Upload, file_op
 from flux_system.remote._ops import ARGS, b64d, encode_identity
@@ -190,11 +192,25 @@ class Connection:
 
     def _loop(self) -> None:
         while True:
-            messages = self._read()
-            if messages is None:
+            data = self._ch.recv(_READ)
+            if not data:
+                if not self._decoder.at_boundary():
+                    raise _protocol("the stream ended inside a frame")
                 return
-            for obj in messages:
-                self._dispatch(obj)
+            for body in self._decoder.feed_bodies(data):
+                chunk = fast_chunk(body)  # bulk uploads skip JSON and the models
+                if chunk is not None:
+                    self._on_chunk(*chunk)
+                else:
+                    self._dispatch(decode_body(body))
+
+    def _on_chunk(self, rid: int, stream: str, data: bytes, last: bool) -> None:
+        upload = self._uploads.get(rid)
+        if upload is None or upload.stream != stream:
+            raise _protocol(f"chunk for request {rid} ({stream}) that expects none")
+        upload.add(data, last)
+        if last:
+            del self._uploads[rid]
 
     def _teardown(self) -> None:
         self._closing.set()
@@ -211,12 +227,7 @@ class Connection:
         if isinstance(msg, Request):
             self._start(msg)
         elif isinstance(msg, Chunk):
-            upload = self._uploads.get(msg.id)
-            if upload is None or upload.stream != msg.stream:
-                raise _protocol(f"chunk for request {msg.id} ({msg.stream}) that expects none")
-            upload.add(b64d(msg.data, what="chunk data"), msg.last)
-            if msg.last:
-                del self._uploads[msg.id]
+            self._on_chunk(msg.id, msg.stream, b64d(msg.data, what="chunk data"), msg.last)
         elif isinstance(msg, Cancel):
             self._handlers.cancel(msg.id)
         elif isinstance(msg, Ping):

@@ -9,7 +9,9 @@ meaning — :mod:`._wire` validates what a decoded object says.
 from __future__ import annotations
 
 import base64
+import binascii
 import json
+import re
 import struct
 import typing
 
@@ -24,6 +26,8 @@ __all__ = [
     "encode_chunk",
     "encode_frame",
     "encode_read_result",
+    "fast_chunk",
+    "fast_read_result",
 ]
 
 HEADER = struct.Struct(">I")
@@ -105,6 +109,62 @@ def encode_read_result(rid: int, data: bytes, *, max_frame: int = DEFAULT_MAX_FR
     if len(body) > max_frame:
         raise _protocol_error(f"frame of {len(body)} bytes exceeds the {max_frame}-byte ceiling")
     return HEADER.pack(len(body)) + body
+
+
+_CHUNK_HEAD = re.compile(
+    rb'\{"type":"chunk","id":([1-9][0-9]{0,15}),"stream":"(upload|download|stdin|stdout|stderr)","data":"'
+)
+_CHUNK_TAILS = (b'","last":false}', b'","last":true}')
+_RESULT_HEAD = re.compile(
+    rb'\{"type":"result","id":([1-9][0-9]{0,15}),"value":\{"size":(0|[1-9][0-9]{0,15}),"data":"'
+)
+_RESULT_TAIL = b'"}}'
+_MAX_ID = 2**53 - 1
+
+
+def _b64_strict(data: bytes) -> bytes | None:
+    try:
+        return base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+
+
+def fast_chunk(body: bytes) -> tuple[int, str, bytes, bool] | None:
+    """``(id, stream, data, last)`` when *body* is a chunk in the canonical spelling
+    :func:`encode_chunk` makes, else ``None`` (the general path then decodes it — and
+    refuses it if it is invalid). Accepts exactly what the general path accepts for
+    that spelling: the id range, the stream names, strict base64."""
+    head = _CHUNK_HEAD.match(body)
+    if head is None:
+        return None
+    if body.endswith(_CHUNK_TAILS[1]):
+        last, tail = True, _CHUNK_TAILS[1]
+    elif body.endswith(_CHUNK_TAILS[0]):
+        last, tail = False, _CHUNK_TAILS[0]
+    else:
+        return None
+    rid = int(head.group(1))
+    if rid > _MAX_ID:
+        return None
+    data = _b64_strict(body[head.end() : len(body) - len(tail)])
+    if data is None:
+        return None
+    return rid, head.group(2).decode("ascii"), data, last
+
+
+def fast_read_result(body: bytes) -> tuple[int, bytes] | None:
+    """``(id, data)`` when *body* is a small-read result in the spelling
+    :func:`encode_read_result` makes (its size matching its data), else ``None``."""
+    head = _RESULT_HEAD.match(body)
+    if head is None or not body.endswith(_RESULT_TAIL):
+        return None
+    rid, size = int(head.group(1)), int(head.group(2))
+    if rid > _MAX_ID:
+        return None
+    data = _b64_strict(body[head.end() : len(body) - len(_RESULT_TAIL)])
+    if data is None or len(data) != size:
+        return None
+    return rid, data
 
 
 def _too_deep(value: object) -> bool:
@@ -199,10 +259,27 @@ class FrameDecoder:
         Raises:
             PortError: ``PROTOCOL`` (length zero or over the ceiling, bad body).
         """
+        out: list[dict[str, object]] = []
+        for body in self.feed_bodies(data):
+            try:
+                out.append(decode_body(body))
+            except PortError:
+                self._failed = True
+                self._buf.clear()
+                raise
+        return out
+
+    def feed_bodies(self, data: bytes) -> list[bytes]:
+        """As :meth:`feed`, returning the frame bodies undecoded (for a fast path that
+        recognises bulk frames before any JSON parsing; see :func:`fast_chunk`).
+
+        Raises:
+            PortError: ``PROTOCOL`` (length zero or over the ceiling).
+        """
         if self._failed:
             raise _protocol_error("the stream lost its framing earlier")
         self._buf += data
-        out: list[dict[str, object]] = []
+        out: list[bytes] = []
         try:
             while True:
                 if self._need is None:
@@ -222,7 +299,7 @@ class FrameDecoder:
                 body = bytes(self._buf[: self._need])
                 del self._buf[: self._need]
                 self._need = None
-                out.append(decode_body(body))
+                out.append(body)
         except PortError:
             self._failed = True
             self._buf.clear()

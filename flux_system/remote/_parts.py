@@ -63,7 +63,13 @@ class RemoteFiles:
         call = self._c.start("read_bytes", {"path": path, "limit": limit})
         value = _expect(self._c.wait(call), dict, "read_bytes")
         size = _expect(value.get("size"), int, "read_bytes")
-        data = b64d(value["data"]) if "data" in value else b"".join(call.download)
+        data: bytes
+        if "bytes" in value:  # decoded on the fast path
+            data = _expect(value["bytes"], bytes, "read_bytes")
+        elif "data" in value:
+            data = b64d(_expect(value["data"], str, "read_bytes"))
+        else:
+            data = b"".join(call.download)
         if len(data) != size:
             raise PortError(
                 f"read_bytes of {path!r}: {len(data)} of {size} bytes arrived",

@@ -171,8 +171,13 @@ class FlipDnsServer:
     """A DNS server (UDP and TCP on one loopback port) whose answers flip.
 
     The first query for a (name, type) is answered from *first*, every later one from
-    *then*; all records carry TTL 0. ``cname`` maps a name to its CNAME target
-    (answered with the chain). Unknown names get NXDOMAIN. ``log`` records queries.
+    *then*; :meth:`answer_with` replaces both for every later query. Address records
+    carry *ttl* (default 0), CNAME records *cname_ttl* (default: *ttl*). ``cname`` maps
+    a name to its CNAME target (answered with the chain). Unknown names get NXDOMAIN.
+    With *soa_minimum*, every negative answer (NXDOMAIN, or no record of the asked
+    type) carries the SOA of *zone* in its authority section (RFC 2308), with
+    *soa_minimum* as both the SOA record's TTL and its MINIMUM field. *on_query* is
+    called before each answer is sent. ``log`` records queries.
     """
 
     def __init__(
@@ -181,15 +186,31 @@ class FlipDnsServer:
         then: dict[str, list[str]] | None = None,
         cname: dict[str, str] | None = None,
         delay: float = 0.0,
+        *,
+        ttl: int = 0,
+        cname_ttl: int | None = None,
+        soa_minimum: int | None = None,
+        zone: str = "flux.example",
+        on_query: Callable[[], None] | None = None,
     ) -> None:
         self.delay = delay  # seconds before each answer (a slow resolver)
         self.first = first
         self.then = first if then is None else then
         self.cname = cname or {}
+        self.ttl = ttl
+        self.cname_ttl = ttl if cname_ttl is None else cname_ttl
+        self.soa_minimum = soa_minimum
+        self.zone = zone
+        self.on_query = on_query  # called before each answer (e.g. to move a test clock)
         self.log: list[DnsLog] = []
         self._asked: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
         self._stop = threading.Event()
+
+    def answer_with(self, table: dict[str, list[str]]) -> None:
+        """From now on, answer every query from *table* (the server "changes its answer")."""
+        with self._lock:
+            self.first = self.then = table
 
     def __enter__(self) -> FlipDnsServer:
         for _ in range(50):
@@ -237,6 +258,8 @@ class FlipDnsServer:
         rdtype = dns.rdatatype.to_text(question.rdtype)
         with self._lock:
             self.log.append(DnsLog(name, rdtype, transport))
+            if self.on_query is not None:
+                self.on_query()
             key = (name, rdtype)
             table = self.then if key in self._asked else self.first
             self._asked.add(key)
@@ -245,17 +268,24 @@ class FlipDnsServer:
         hops = 0
         while target in self.cname and hops < 8:
             nxt = self.cname[target]
-            response.answer.append(dns.rrset.from_text(owner, 0, "IN", "CNAME", nxt + "."))
+            response.answer.append(
+                dns.rrset.from_text(owner, self.cname_ttl, "IN", "CNAME", nxt + ".")
+            )
             owner = dns.name.from_text(nxt)
             target = nxt
             hops += 1
         if target not in self.first and target not in self.then:
             response.set_rcode(dns.rcode.NXDOMAIN)
+            self._add_soa(response)
             return response.to_wire()
         wanted = 4 if rdtype == "A" else 6
         addresses = [a for a in table.get(target, []) if (":" in a) == (wanted == 6)]
         if addresses and rdtype in ("A", "AAAA"):
-            response.answer.append(dns.rrset.from_text_list(owner, 0, "IN", rdtype, addresses))
+            response.answer.append(
+                dns.rrset.from_text_list(owner, self.ttl, "IN", rdtype, addresses)
+            )
+        else:
+            self._add_soa(response)
         if transport == "udp":
             try:
                 return response.to_wire(max_size=512)  # RFC 1035 UDP limit (no EDNS here)
@@ -263,6 +293,13 @@ class FlipDnsServer:
                 response.answer.clear()
                 response.flags |= dns.flags.TC  # the client must retry over TCP
         return response.to_wire()
+
+    def _add_soa(self, response: dns.message.Message) -> None:
+        if self.soa_minimum is None:
+            return
+        minimum = self.soa_minimum
+        soa = f"ns.{self.zone}. hostmaster.{self.zone}. 1 3600 600 86400 {minimum}"
+        response.authority.append(dns.rrset.from_text(self.zone + ".", minimum, "IN", "SOA", soa))
 
     def _serve_udp(self) -> None:
         while not self._stop.is_set():

@@ -35,11 +35,16 @@ BLOCKED_V4 = [
         "224.0.0.0/4",
         "240.0.0.0/4",
         "255.255.255.255/32",
+        # Decision 0031's additions (not in DESIGN §2.4): AS112 and AMT anycast.
+        "192.31.196.0/24",
+        "192.52.193.0/24",
+        "192.175.48.0/24",
     ]
 ]
 GLOBAL_UNICAST = IPv6Network("2000::/3")
 BLOCKED_V6_INSIDE = [
-    IPv6Network(n) for n in ("2001::/23", "2001:db8::/32", "2002::/16", "3fff::/20")
+    IPv6Network(n)
+    for n in ("2001::/23", "2001:db8::/32", "2002::/16", "3fff::/20", "2620:4f:8000::/48")
 ]
 BLOCKED_V6_OUTSIDE = [  # samples of "outside 2000::/3", IPv4-embedding ranges first
     IPv6Network(n)

@@ -129,3 +129,39 @@ def test_fast_read_result_encoding_is_byte_identical(size: int) -> None:
         "value": {"size": size, "data": base64.b64encode(data).decode()},
     }
     assert encode_read_result(9, data) == encode_frame(message)
+
+
+def test_fast_paths_accept_exactly_the_canonical_frames() -> None:
+    import base64
+
+    from flux_system.remote._frame import (
+        encode_chunk,
+        encode_read_result,
+        fast_chunk,
+        fast_read_result,
+    )
+
+    data = bytes(range(200))
+    body = encode_chunk(5, "stdout", data, True)[4:]
+    assert fast_chunk(body) == (5, "stdout", data, True)
+    body = encode_read_result(6, data)[4:]
+    assert fast_read_result(body) == (6, data)
+    b64 = base64.b64encode(data)
+    # Anything else falls back to the general path (which validates and may refuse).
+    for bad in (
+        b'{"type":"chunk","id":0,"stream":"stdout","data":"' + b64 + b'","last":true}',
+        b'{"type":"chunk","id":9007199254740992,"stream":"stdout","data":"'
+        + b64
+        + b'","last":true}',
+        b'{"type":"chunk","id":1,"stream":"nope","data":"' + b64 + b'","last":true}',
+        b'{"type":"chunk","id":1,"stream":"stdout","data":"' + b64 + b'!","last":true}',
+        b'{"type":"chunk","id":1,"stream":"stdout","data":"' + b64[:-1] + b'","last":true}',
+        b'{"type":"chunk", "id":1,"stream":"stdout","data":"' + b64 + b'","last":true}',
+        b'{"type":"chunk","id":1,"stream":"stdout","data":"' + b64 + b'","last":true,"x":1}',
+        b'{"type":"chunk","id":01,"stream":"stdout","data":"' + b64 + b'","last":true}',
+    ):
+        assert fast_chunk(bad) is None, bad[:60]
+    assert (
+        fast_read_result(b'{"type":"result","id":1,"value":{"size":3,"data":"' + b64 + b'"}}')
+        is None
+    )
