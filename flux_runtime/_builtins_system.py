@@ -1,0 +1,193 @@
+"""Built-in process, clock and network operations, over the port Protocols only.
+
+``proc.run`` takes an argv (never a shell string); the ``git_*`` operations run a fixed
+argv (``git status --porcelain=v1``, ``git diff --no-color``, ``git log --oneline -n N``)
+so they can be gather-safe reads. ``http.request`` goes through
+:class:`~flux_system.port.HttpPort`: the serving side's egress guard decides, and its
+guarded client owns the 429 / ``Retry-After`` semantics (the result says how long it
+waited and how many retries it made).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import typing
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import urlsplit
+
+from flux_runtime._catalog import Operation, Result, Risk
+
+if typing.TYPE_CHECKING:
+    from flux_system.port import Substrate
+
+__all__ = ["system_operations"]
+
+_VIEW_CAP = 64 * 1024
+
+
+def _obj(props: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": props,
+        "required": required,
+        "additionalProperties": False,
+    }
+
+
+def _run(s: Substrate, argv: list[str], inp: Mapping[str, Any]) -> Result:
+    r = s.processes.run(
+        argv, timeout=float(inp.get("timeout", 60)), cwd=inp.get("cwd", "."), env=inp.get("env")
+    )
+    out, err = r.stdout_text, r.stderr_text
+    content = {"argv": argv, "exit_code": r.exit_code, "stdout": out, "stderr": err}
+    view = f"exit {r.exit_code}\n{out[:_VIEW_CAP]}" + (
+        f"\nstderr:\n{err[:_VIEW_CAP]}" if err else ""
+    )
+    return Result(content, view)
+
+
+def _proc(s: Substrate, inp: Mapping[str, Any]) -> Result:
+    return _run(s, list(inp["argv"]), inp)
+
+
+def _git(*args: str) -> Any:
+    def handler(s: Substrate, inp: Mapping[str, Any]) -> Result:
+        extra = ["-n", str(inp.get("count", 10))] if args[0] == "log" else []
+        return _run(s, ["git", "--no-pager", *args, *extra], {})
+
+    return handler
+
+
+def _now(s: Substrate, inp: Mapping[str, Any]) -> Result:
+    stamp = dt.datetime.now(dt.UTC).isoformat()
+    return Result({"utc": stamp}, stamp)
+
+
+def _cwd(s: Substrate, inp: Mapping[str, Any]) -> Result:
+    return Result({"cwd": "."}, ". (the workspace root; every path is relative to it)")
+
+
+def _http(s: Substrate, inp: Mapping[str, Any]) -> Result:
+    body = inp.get("body")
+    r = s.http.http_request(
+        inp.get("method", "GET"),
+        inp["url"],
+        headers=inp.get("headers"),
+        body=body.encode("utf-8") if body is not None else None,
+        timeout=float(inp.get("timeout", 30)),
+    )
+    text = r.body.decode("utf-8", "replace")
+    content = {
+        "status": r.status,
+        "url": r.url,
+        "body": text,
+        "truncated": r.truncated,
+        "waited": r.waited,
+        "retries": r.retries,
+    }
+    waited = f" (waited {r.waited:.1f}s over {r.retries} retries)" if r.retries else ""
+    return Result(content, f"HTTP {r.status}{waited}\n{text[:_VIEW_CAP]}")
+
+
+def _host(inp: Mapping[str, Any]) -> list[str]:
+    return [f"net/{urlsplit(inp['url']).hostname or ''}"]
+
+
+def system_operations() -> list[Operation]:
+    argv = {
+        "type": "array",
+        "items": {"type": "string", "maxLength": 4096},
+        "minItems": 1,
+        "maxItems": 256,
+    }
+    timeout = {"type": "number", "minimum": 0.1, "maximum": 3600}
+    strmap = {"type": "object"}
+    empty = _obj({}, [])
+    git = frozenset({"read", "process"})
+    clock = lambda i: ["system/clock"]  # noqa: E731
+    return [
+        Operation(
+            "proc.run",
+            "Run a command given as an argv (no shell).",
+            _obj(
+                {"argv": argv, "timeout": timeout, "cwd": {"type": "string"}, "env": strmap},
+                ["argv"],
+            ),
+            frozenset({"process"}),
+            Risk.HIGH,
+            False,
+            _proc,
+            lambda i: [f"process/{i['argv'][0]}"],
+            secrets=True,
+        ),
+        Operation(
+            "git_status",
+            "git status (porcelain).",
+            empty,
+            git,
+            Risk.LOW,
+            True,
+            _git("status", "--porcelain=v1"),
+            lambda i: ["process/git"],
+            side_effect_free=True,
+        ),
+        Operation(
+            "git_diff",
+            "git diff of the working tree.",
+            empty,
+            git,
+            Risk.LOW,
+            True,
+            _git("diff", "--no-color"),
+            lambda i: ["process/git"],
+            side_effect_free=True,
+        ),
+        Operation(
+            "git_log",
+            "Recent commits, one line each.",
+            _obj({"count": {"type": "integer", "minimum": 1, "maximum": 200}}, []),
+            git,
+            Risk.LOW,
+            True,
+            _git("log", "--oneline", "--no-color"),
+            lambda i: ["process/git"],
+            side_effect_free=True,
+        ),
+        Operation(
+            "now", "The current UTC time.", empty, frozenset({"read"}), Risk.LOW, False, _now, clock
+        ),
+        Operation(
+            "cwd",
+            "The working directory the paths are relative to.",
+            empty,
+            frozenset({"read"}),
+            Risk.LOW,
+            True,
+            _cwd,
+            lambda i: ["workspace"],
+        ),
+        Operation(
+            "http.request",
+            "One HTTP request through the egress guard.",
+            _obj(
+                {
+                    "url": {"type": "string", "minLength": 1, "maxLength": 8192},
+                    "method": {
+                        "type": "string",
+                        "enum": ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"],
+                    },
+                    "headers": strmap,
+                    "body": {"type": "string"},
+                    "timeout": timeout,
+                },
+                ["url"],
+            ),
+            frozenset({"network"}),
+            Risk.MEDIUM,
+            False,
+            _http,
+            _host,
+            secrets=True,
+        ),
+    ]

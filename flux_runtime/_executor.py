@@ -1,0 +1,291 @@
+"""``Executor.dispatch``: the one path every operation takes.
+
+unknown operation refused → input validated against the schema → ``flux_policy``
+decision for every resource the call touches → approval when the decision or the risk
+requires it (destructive always asks; only an explicit yes approves; a consumed batch
+receipt counts as the explicit yes for the actions it covers) → ``secret:`` references
+resolved (registered with the redactor first) → guarded IO through the substrate's
+ports → both result faces and any error redacted → one evidence record per outcome,
+with the policy digest.
+
+Guarantee: :meth:`Executor.dispatch` never runs a handler before all of the above
+passed, and returns an :class:`Outcome` for every call (it raises only when evidence
+cannot be written — then nothing more should run). Not guaranteed: that the far side
+of a remote substrate did what it reported.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from flux_policy import Decision, Effect, Request
+from flux_runtime._approval import ApprovalRequest, Approver, HeadlessApprover, ask
+from flux_runtime._catalog import Catalog, Operation, Result, Risk
+from flux_runtime._errors import EnvelopeError, EnvelopeReason
+from flux_runtime._schema import validate
+from flux_secret import Redactor, SecretError, SecretResolver
+
+if typing.TYPE_CHECKING:
+    from flux_system.port import Substrate
+
+__all__ = ["Call", "Context", "EvidenceSink", "Executor", "Outcome", "PolicyEvaluator"]
+
+_REF = re.compile(r"secret:(?:env|file)/[A-Za-z0-9_./-]+")
+EXCERPT = 2000
+_SHORTEST = 6  # bytes: no registered pattern is shorter (flux_secret's variants floor)
+VIEW_EXCERPT = 160  # of a successful result's view, in its evidence record
+
+
+class EvidenceSink(typing.Protocol):
+    def append(
+        self,
+        kind: str,
+        data: Any,
+        *,
+        session: str | None = ...,
+        turn: int | None = ...,
+        actor: str | None = ...,
+    ) -> Any: ...
+
+
+class PolicyEvaluator(typing.Protocol):
+    def evaluate(self, request: Request) -> Decision: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    op: str
+    input: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    session: str
+    caller: str
+    turn: int = 0
+    approver: Approver = field(default_factory=HeadlessApprover)
+    trust: str | None = None
+    batch_approved: str | None = None  # digest of the consumed batch this call is in
+    offered: frozenset[str] | None = None  # operations the model was shown (None: all)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    op: str
+    ok: bool
+    content: Any = None
+    view: str = ""
+    reason: EnvelopeReason | None = None
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "op": self.op,
+            "ok": self.ok,
+            "view": self.view,
+            "reason": self.reason.value if self.reason else None,
+            "error": self.error,
+        }
+
+
+class Executor:
+    """Dispatches calls against one substrate under one policy (module docstring)."""
+
+    def __init__(
+        self,
+        substrate: Substrate,
+        catalog: Catalog,
+        *,
+        evaluator: PolicyEvaluator,
+        policy_digest: str,
+        redactor: Redactor,
+        evidence: EvidenceSink,
+        secrets: SecretResolver | None = None,
+    ) -> None:
+        self.substrate, self.catalog, self.redactor = substrate, catalog, redactor
+        self.policy_digest = policy_digest
+        self._evaluator, self.evidence, self._secrets = evaluator, evidence, secrets
+
+    # -- the pipeline ------------------------------------------------------------
+    def dispatch(self, call: Call, ctx: Context) -> Outcome:
+        record: dict[str, Any] = {
+            "op": str(call.op)[:200],
+            "policy_digest": self.policy_digest,
+            "batch": ctx.batch_approved,
+        }
+        try:
+            op = self.catalog.get(call.op)
+            if ctx.offered is not None and op.name not in ctx.offered:
+                raise EnvelopeError(
+                    "operation not offered in this stage",
+                    op=op.name,
+                    reason=EnvelopeReason.NOT_OFFERED,
+                )
+            inp = dict(call.input) if isinstance(call.input, Mapping) else call.input
+            record["input"] = self._redact_tree(inp, {})
+            problems = validate(inp, op.schema)
+            if problems:
+                raise EnvelopeError(
+                    "; ".join(problems)[:1000], op=op.name, reason=EnvelopeReason.INVALID_INPUT
+                )
+            decision = self._decide(op, inp, ctx)
+            record["decision"] = {
+                "effect": decision.effect.value,
+                "rules": list(decision.determining_rules),
+            }
+            if decision.effect is Effect.DENY:
+                raise EnvelopeError(
+                    "; ".join(decision.reasons) or "denied",
+                    op=op.name,
+                    reason=EnvelopeReason.POLICY_DENIED,
+                )
+            self._approve(op, inp, ctx, decision, record)
+            result = op.handler(self.substrate, self._resolve(op, inp))
+            outcome = self._redacted(op.name, result)
+        except EnvelopeError as exc:
+            outcome = self._failed(str(call.op), exc.reason, str(exc))
+        except SecretError as exc:
+            outcome = self._failed(str(call.op), EnvelopeReason.SECRET_UNRESOLVED, str(exc))
+        except Exception as exc:  # guarded IO refused or failed: a result, not a crash
+            msg = f"{type(exc).__name__}: {exc}"
+            outcome = self._failed(str(call.op), EnvelopeReason.OPERATION_FAILED, msg)
+        record.update(
+            ok=outcome.ok,
+            reason=outcome.reason.value if outcome.reason else None,
+            error=outcome.error,
+            view=outcome.view[:EXCERPT],
+        )
+        self.evidence.append(
+            "operation", record, session=ctx.session, turn=ctx.turn, actor=ctx.caller
+        )
+        return outcome
+
+    def admissible(self, call: Call, ctx: Context) -> bool:
+        """Whether *call* names a known, offered operation with valid input that the
+        policy does not deny — checked without running or recording anything (the loop
+        captures only admissible calls; the rest are dispatched to be refused)."""
+        if call.op not in self.catalog or not isinstance(call.input, Mapping):
+            return False
+        op = self.catalog.get(call.op)
+        if ctx.offered is not None and op.name not in ctx.offered:
+            return False
+        if validate(dict(call.input), op.schema):
+            return False
+        return self._decide(op, call.input, ctx).effect is not Effect.DENY
+
+    def _decide(self, op: Operation, inp: Mapping[str, Any], ctx: Context) -> Decision:
+        now = dt.datetime.now(dt.UTC)
+        worst: Decision | None = None
+        rank = {Effect.ALLOW: 0, Effect.APPROVAL_REQUIRED: 1, Effect.DENY: 2}
+        for resource in op.resources(inp) or ["-"]:
+            d = self._evaluator.evaluate(
+                Request(ctx.caller, op.name, resource, trust=ctx.trust, now=now)
+            )
+            if worst is None or rank[d.effect] > rank[worst.effect]:
+                worst = d
+        assert worst is not None
+        return worst
+
+    def _approve(
+        self,
+        op: Operation,
+        inp: Mapping[str, Any],
+        ctx: Context,
+        decision: Decision,
+        record: dict[str, Any],
+    ) -> None:
+        needs = decision.effect is Effect.APPROVAL_REQUIRED or op.risk is Risk.DESTRUCTIVE
+        if not needs:
+            return
+        if ctx.batch_approved is not None:
+            record["approval"] = {"by": "receipt", "batch": ctx.batch_approved}
+            return
+        req = ApprovalRequest(
+            "operation",
+            op.name,
+            ({"op": op.name, "input": dict(inp)},),
+            (op.risk.value,),
+            "policy" if decision.effect is Effect.APPROVAL_REQUIRED else "destructive",
+        )
+        granted = ask(ctx.approver, req)
+        self.evidence.append(
+            "approval",
+            {
+                "op": op.name,
+                "granted": granted,
+                "reason": req.reason,
+                "policy_digest": self.policy_digest,
+            },
+            session=ctx.session,
+            turn=ctx.turn,
+            actor=ctx.caller,
+        )
+        record["approval"] = {"by": "approver", "granted": granted}
+        if not granted:
+            raise EnvelopeError("not approved", op=op.name, reason=EnvelopeReason.APPROVAL_DENIED)
+
+    def _resolve(self, op: Operation, inp: dict[str, Any]) -> dict[str, Any]:
+        if not op.secrets:
+            return inp
+        resolved: Any = self._walk(inp)
+        out: dict[str, Any] = resolved
+        return out
+
+    def _walk(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return _REF.sub(lambda m: self._secret(m.group(0)), value)
+        if isinstance(value, list):
+            return [self._walk(v) for v in value]
+        if isinstance(value, dict):
+            return {k: self._walk(v) for k, v in value.items()}
+        return value
+
+    def _secret(self, ref: str) -> str:
+        if self._secrets is None:
+            raise EnvelopeError(
+                "no secret resolver configured",
+                op="secret",
+                reason=EnvelopeReason.SECRET_UNRESOLVED,
+                target=ref,
+            )
+        value = self._secrets.resolve(ref)  # registers with the redactor before returning
+        raw = value.expose_secret()
+        return raw if isinstance(raw, str) else raw.decode("utf-8", "replace")
+
+    def _redacted(self, name: str, result: Result) -> Outcome:
+        memo: dict[str, str] = {}  # each distinct string redacted once (view == content text)
+        content = self._redact_tree(result.content, memo)
+        return Outcome(name, True, content, self._redact_str(result.view, memo))
+
+    def _redact_str(self, text: str, memo: dict[str, str]) -> str:
+        # Every pattern a Redactor matches is at least 6 bytes long (flux_secret.variants).
+        if len(text) < _SHORTEST and len(text.encode("utf-8", "surrogatepass")) < _SHORTEST:
+            return text
+        done = memo.get(text)
+        if done is None:
+            done = memo[text] = self.redactor.redact(text)
+        return done
+
+    def _redact_tree(self, value: Any, memo: dict[str, str]) -> Any:
+        """Redact every str (keys included) and bytes in a JSON-like tree; other
+        objects go through the redactor's own structure walk."""
+        if isinstance(value, str):
+            return self._redact_str(value, memo)
+        if isinstance(value, dict):
+            return {
+                self._redact_tree(k, memo): self._redact_tree(v, memo) for k, v in value.items()
+            }
+        if isinstance(value, list | tuple):
+            return [self._redact_tree(v, memo) for v in value]
+        if value is None or isinstance(value, bool | int | float):
+            return value
+        return self.redactor.redact_obj(value)
+
+    def _failed(self, name: str, reason: EnvelopeReason, message: str) -> Outcome:
+        text = self.redactor.redact(message)[:EXCERPT]
+        return Outcome(name[:200], False, None, f"error ({reason.value}): {text}", reason, text)

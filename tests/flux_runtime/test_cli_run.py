@@ -1,0 +1,158 @@
+"""``flux run`` as a user runs it: a real process, the shipped demo, a real store."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from tests.flux_runtime._flux import ROOT, flux
+from tests.flux_system.remote._harness import served
+
+DEMO = ROOT / "examples" / "changelog.jsonl"
+PROMPT = "update CHANGELOG.md after checking the current version"
+
+
+def _ws(tmp_path: Path) -> Path:
+    ws = tmp_path / "ws"
+    shutil.copytree(ROOT / "examples" / "changelog-workspace", ws)
+    return ws
+
+
+def _run(tmp_path: Path, *args: str, input: bytes | None = None) -> tuple[int, str, str]:
+    proc = flux("run", *args, input=input, XDG_STATE_HOME=str(tmp_path / "state"))
+    return proc.returncode, proc.stdout.decode(), proc.stderr.decode()
+
+
+def test_demo_updates_the_changelog_with_a_verified_log(tmp_path: Path) -> None:
+    ws, ev = _ws(tmp_path), tmp_path / "ev.jsonl"
+    code, out, err = _run(
+        tmp_path,
+        "--model",
+        f"scripted:{DEMO}",
+        "--workspace",
+        str(ws),
+        "--evidence",
+        str(ev),
+        "--show-loop",
+        PROMPT,
+        input=b"y\n",
+    )
+    assert code == 0, err
+    assert "0.4.0" in out
+    assert (ws / "CHANGELOG.md").read_text().startswith("# Changelog\n\n## 0.4.0\n")
+    assert "[loop] call 1 stage=intent" in err and "records verified" in err
+    check = flux("evidence", "verify", str(ev))
+    assert check.returncode == 0, check.stderr
+    kinds = [json.loads(line)["kind"] for line in ev.read_text().splitlines()]
+    assert kinds[-1] == "turn.done" and "receipt" in kinds
+
+
+def test_declined_prompt_changes_nothing(tmp_path: Path) -> None:
+    ws = _ws(tmp_path)
+    for approve, stdin in (("prompt", b"n\n"), ("prompt", b""), ("deny", None)):
+        code, _, err = _run(
+            tmp_path,
+            "--model",
+            f"scripted:{DEMO}",
+            "--workspace",
+            str(ws),
+            "--approve",
+            approve,
+            PROMPT,
+            input=stdin,
+        )
+        assert code == 0, err
+        assert "approval_denied" in err
+        assert "0.4.0" not in (ws / "CHANGELOG.md").read_text()
+
+
+def test_same_demo_against_a_served_substrate(tmp_path: Path) -> None:
+    ws = _ws(tmp_path)
+    with served(ws) as srv:
+        code, _, err = _run(
+            tmp_path,
+            "--model",
+            f"scripted:{DEMO}",
+            "--substrate",
+            srv.target,
+            PROMPT,
+            input=b"yes\n",
+        )
+    assert code == 0, err
+    assert "## 0.4.0" in (ws / "CHANGELOG.md").read_text()
+
+
+def test_question_then_resume(tmp_path: Path) -> None:
+    ws = _ws(tmp_path)
+    script = tmp_path / "q.jsonl"
+    script.write_text(
+        '{"type": "intent", "intent": "inspect"}\n'
+        '{"type": "question", "question": "which file?"}\n'
+        '{"type": "calls", "calls": [{"op": "read", "input": {"path": "VERSION"}}]}\n'
+        '{"type": "done"}\n{"type": "answer", "text": "it is 0.4.0"}\n'
+    )
+    code, out, err = _run(tmp_path, "--model", f"scripted:{script}", "--workspace", str(ws), "go")
+    assert code == 3 and "which file?" in out
+    session = err.split("--resume ")[1].split()[0]
+    code, out, err = _run(
+        tmp_path,
+        "--model",
+        f"scripted:{script}",
+        "--workspace",
+        str(ws),
+        "--resume",
+        session,
+        "VERSION",
+    )
+    assert code == 0, err
+    assert "it is 0.4.0" in out
+
+
+def test_usage_errors(tmp_path: Path) -> None:
+    ws = _ws(tmp_path)
+    base = ("--workspace", str(ws), PROMPT)
+    assert _run(tmp_path, "--model", "nope", *base)[0] == 2
+    assert _run(tmp_path, "--model", f"scripted:{tmp_path}/missing", *base)[0] == 2
+    for n in ("0", "1001"):
+        code, _, err = _run(tmp_path, "--model", f"scripted:{DEMO}", "--max-iterations", n, *base)
+        assert code == 2 and "max_iterations" in err
+    inside = str(ws / "sessions.db")
+    code, _, err = _run(tmp_path, "--model", f"scripted:{DEMO}", "--state", inside, *base)
+    assert code == 2 and "inside a writable root" in err
+    assert not (ws / "sessions.db").exists()
+
+
+def test_untagged_reply_fails_the_turn(tmp_path: Path) -> None:
+    ws = _ws(tmp_path)
+    script = tmp_path / "bad.jsonl"
+    script.write_text('"sure, I will do it"\n')
+    code, _, err = _run(tmp_path, "--model", f"scripted:{script}", "--workspace", str(ws), "go")
+    assert code == 1 and "received str" in err and "records verified" in err
+
+
+def _proc_script(tmp_path: Path) -> Path:
+    script = tmp_path / "proc.jsonl"
+    run = {"op": "proc.run", "input": {"argv": ["sh", "-c", "echo ran > ran.txt"]}}
+    script.write_text(
+        '{"type": "intent", "intent": "change"}\n'
+        + json.dumps({"type": "calls", "calls": [run]})
+        + '\n{"type": "done"}\n{"type": "answer", "text": "ok"}\n'
+    )
+    return script
+
+
+def test_processes_never_run_unconfined_without_sandbox_off(tmp_path: Path) -> None:
+    import importlib.util
+
+    ws = _ws(tmp_path)
+    script = _proc_script(tmp_path)
+    args = ("--model", f"scripted:{script}", "--workspace", str(ws), "go")
+    code, _, err = _run(tmp_path, "--sandbox", "off", *args, input=b"y\n")
+    assert code == 0 and (ws / "ran.txt").exists(), err  # positive control
+    (ws / "ran.txt").unlink()
+    if importlib.util.find_spec("flux_system.sandbox") is None:
+        for mode in ("require", "on"):
+            code, _, err = _run(tmp_path, "--sandbox", mode, *args, input=b"y\n")
+            assert "no sandbox available" in err and "proc.run: FAILED" in err
+            assert not (ws / "ran.txt").exists()
