@@ -15,7 +15,14 @@ from typing import Any
 
 import pytest
 
-from flux_policy import EvalErrorReason, IndexedEvaluator, ReferenceEvaluator, Request
+from flux_policy import (
+    Effect,
+    EvalErrorReason,
+    IndexedEvaluator,
+    ReferenceEvaluator,
+    Request,
+    load_policy_string,
+)
 from tests.flux_policy.test_vectors import CASES, POLICIES, _request
 
 
@@ -31,6 +38,11 @@ def _variants(req: Request) -> list[Request]:
         dataclasses.replace(req, context={}),
         dataclasses.replace(req, context=wrong),
         dataclasses.replace(req, context=ints),
+        dataclasses.replace(req, action=""),
+        dataclasses.replace(req, subject="role:dev"),
+        dataclasses.replace(req, resource="."),
+        dataclasses.replace(req, resource="a/../.."),
+        dataclasses.replace(req, resource="x" * 5000),
     ]
 
 
@@ -67,3 +79,41 @@ def test_errors_equal_the_reference(rid: str, policy: str, req: Request) -> None
 
 def _trace(decision: dict[str, Any]) -> list[tuple[str, ...]]:
     return sorted(tuple(str(v) for v in step.values()) for step in decision.get("trace", []))
+
+
+TWO_SUBJECTS = """
+version = 1
+[[grant]]
+id = "all"
+subjects = ["**"]
+actions = ["**"]
+resources = ["**"]
+
+[[deny]]
+id = "two"
+subjects = ["user:a", "user:b"]
+actions = ["fs.read", "fs.write"]
+resources = ["x/secret", "y/secret"]
+"""
+
+
+@pytest.mark.parametrize("subject", ["user:a", "user:b"])
+@pytest.mark.parametrize("action", ["fs.read", "fs.write"])
+@pytest.mark.parametrize("resource", ["x/secret", "y/secret"])
+def test_every_literal_of_a_rule_applies(subject: str, action: str, resource: str) -> None:
+    policy = load_policy_string(TWO_SUBJECTS, source="two")
+    req = Request(subject=subject, action=action, resource=resource)
+    for evaluator in (ReferenceEvaluator, IndexedEvaluator):
+        decision = evaluator(policy).evaluate(req)
+        assert decision.effect is Effect.DENY, evaluator
+        assert list(decision.determining_rules) == ["two"]
+    other = Request(subject="user:c", action=action, resource=resource)
+    assert IndexedEvaluator(policy).evaluate(other).effect is Effect.ALLOW  # control
+
+
+def test_wrong_argument_types_are_named() -> None:
+    with pytest.raises(TypeError, match=r"^policy must be a Policy$"):
+        IndexedEvaluator("not a policy")  # type: ignore[arg-type]
+    policy = load_policy_string(TWO_SUBJECTS, source="two")
+    with pytest.raises(TypeError, match=r"^request must be a Request$"):
+        IndexedEvaluator(policy).evaluate("not a request")  # type: ignore[arg-type]
