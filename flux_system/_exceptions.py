@@ -160,6 +160,7 @@ class SandboxReason(enum.Enum):
     LAYER_UNAVAILABLE = "layer_unavailable"
     UNSUPPORTED_PLATFORM = "unsupported_platform"
     BAD_PROFILE = "bad_profile"
+    WORKSPACE_COVERS_HOME = "workspace_covers_home"  # the workspace is or holds $HOME or /
 
 
 class PortReason(enum.Enum):

@@ -11,6 +11,7 @@ PACKAGES = ["flux_system", "flux_policy", "flux_secret", "flux_evidence", "flux_
 SUBPACKAGES = [
     "flux_system.net",
     "flux_system.process",
+    "flux_system.sandbox",
     "flux_system.workspace",
     "flux_system.lowlevel",
 ]

@@ -30,7 +30,7 @@ EXIT_BROKEN_PIPE = 128 + 13
 EXIT_USAGE = 2
 
 # Subcommand modules, in help order.
-_SUBCOMMANDS: tuple[str, ...] = ("exec", "serve", "policy", "evidence", "run")
+_SUBCOMMANDS: tuple[str, ...] = ("exec", "doctor", "serve", "policy", "evidence", "run")
 
 
 class _Parser(argparse.ArgumentParser):

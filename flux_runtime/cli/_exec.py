@@ -1,4 +1,4 @@
-"""``flux exec`` — run one argv beneath a workspace, its output live (sandbox off).
+"""``flux exec`` — run one argv confined beneath a workspace, its output live.
 
 The command's stdout and stderr reach flux's own as they are produced, through pipes
 flux drains (``System.spawn(stream_output=True)``); flux's stdin is streamed to it when
@@ -27,6 +27,12 @@ from types import FrameType
 from flux_runtime.cli._exec_io import Relay, StdinPump
 from flux_runtime.cli._exec_options import ExecOptions, UsageError, add_options, options
 from flux_runtime.cli._exec_report import Outcome, write_report
+from flux_runtime.cli._sandbox_opts import (
+    SandboxRefused,
+    add_sandbox_options,
+    resolve_sandbox,
+    sandbox_section,
+)
 from flux_runtime.cli._text import shown
 from flux_system import (
     ConfinementError,
@@ -36,6 +42,7 @@ from flux_system import (
     Workspace,
     WorkspaceError,
 )
+from flux_system.sandbox import Sandbox
 
 __all__ = ["USAGE_EXIT", "register"]
 
@@ -72,13 +79,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description=(
             "Run ARGV with its cwd pinned beneath the workspace, an allow-listed\n"
             "environment, its output streamed live through pipes flux drains, and its\n"
-            "whole process tree killed when it ends. No OS sandbox yet: the command\n"
-            "itself can reach whatever its user can."
+            "whole process tree killed when it ends. Confined by the OS sandbox\n"
+            "(--sandbox require --profile default unless told otherwise; flux doctor\n"
+            "says what this host supports)."
         ),
         epilog=EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_options(parser)
+    add_sandbox_options(parser)  # --sandbox require --profile default unless told otherwise
     parser.set_defaults(func=run)
 
 
@@ -138,8 +147,14 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     outcome = Outcome(command=opts.argv[0], stdin_mode=opts.stdin_mode)
     try:
+        sandbox = resolve_sandbox(args)
+    except SandboxRefused as exc:  # one line naming the layer, pointing to flux doctor
+        outcome.error = ("sandbox_unavailable", str(exc))
+        _say(str(exc))
+        sandbox = None
+    try:
         with _ending_signals_raise():
-            code = _run(opts, outcome)
+            code = EXIT_FLUX_ERROR if sandbox is None else _run(opts, outcome, sandbox)
     except _Ended as exc:
         name = signal.Signals(exc.signum).name
         _say(f"got {name}; {shown(opts.argv[0])} was killed")
@@ -160,55 +175,70 @@ def _refused(outcome: Outcome, exc: FluxSystemError, text: str) -> None:
     _say(f"{text} ({exc.reason.value})")
 
 
-def _run(opts: ExecOptions, outcome: Outcome) -> int:
+def _run(opts: ExecOptions, outcome: Outcome, sandbox: Sandbox) -> int:
     try:
         ws = Workspace(opts.workspace)
     except FluxSystemError as exc:
         _refused(outcome, exc, f"workspace {shown(opts.workspace)}: {exc.message}")
         return EXIT_FLUX_ERROR
-    with ws, System(ws) as system:
-        t0 = time.monotonic()
+    try:
+        system = System(ws, sandbox=sandbox)
+    except FluxSystemError as exc:  # the sandbox refused this workspace ($HOME, /)
+        ws.close()
+        _refused(outcome, exc, f"workspace {shown(opts.workspace)}: {exc.message}")
+        return EXIT_FLUX_ERROR
+    with ws, system:
         try:
-            child = system.spawn(
-                opts.argv,
-                env=opts.env,
-                timeout=opts.timeout,
-                cwd=opts.cwd,
-                stream_output=True,
-                output_cap=opts.output_cap,
-                stream_stdin=opts.stdin_mode == "stream",
-            )
-        except (ConfinementError, WorkspaceError) as exc:
-            _refused(outcome, exc, f"--cwd {shown(opts.cwd)}: {exc.message}")
-            return EXIT_FLUX_ERROR
-        except FluxSystemError as exc:
-            return _spawn_refused(outcome, exc, opts.argv[0])
-        relay = Relay(child, notice_prefix=_PROG)
-        relay.start()
-        if child.stdin is not None:
-            StdinPump(child.stdin).start()
-        child.join()  # interruptible: an ending signal raises _Ended here
-        status = child.status()
-        if status.timed_out:
-            relay.done.wait(_RELAY_AFTER_TIMEOUT_S)
-        else:
-            relay.done.wait()
-        outcome.duration_s = time.monotonic() - t0
-        outcome.totals = child.output_totals()
-        outcome.stdin_bytes = 0 if child.stdin is None else child.stdin.written
-        outcome.exit_code = status.exit_code if status.signal is None else None
-        outcome.signal = status.signal
-        outcome.timed_out = status.timed_out
-        if relay.broken_pipe:
-            outcome.broken_pipe = True
-            return EXIT_BROKEN_PIPE
-        if status.timed_out:
-            _say(f"timed out after {opts.timeout} s; {shown(opts.argv[0])} was killed")
-            return EXIT_TIMEOUT
-        if status.signal is not None:
-            return 128 + status.signal
-        assert status.exit_code is not None
-        return status.exit_code
+            return _run_in(opts, outcome, system)
+        finally:
+            if sandbox.mode != "off":
+                outcome.sandbox = sandbox_section(sandbox, outcome.denials)
+
+
+def _run_in(opts: ExecOptions, outcome: Outcome, system: System) -> int:
+    t0 = time.monotonic()
+    try:
+        child = system.spawn(
+            opts.argv,
+            env=opts.env,
+            timeout=opts.timeout,
+            cwd=opts.cwd,
+            stream_output=True,
+            output_cap=opts.output_cap,
+            stream_stdin=opts.stdin_mode == "stream",
+        )
+    except (ConfinementError, WorkspaceError) as exc:
+        _refused(outcome, exc, f"--cwd {shown(opts.cwd)}: {exc.message}")
+        return EXIT_FLUX_ERROR
+    except FluxSystemError as exc:
+        return _spawn_refused(outcome, exc, opts.argv[0])
+    relay = Relay(child, notice_prefix=_PROG)
+    relay.start()
+    if child.stdin is not None:
+        StdinPump(child.stdin).start()
+    child.join()  # interruptible: an ending signal raises _Ended here
+    status = child.status()
+    if status.timed_out:
+        relay.done.wait(_RELAY_AFTER_TIMEOUT_S)
+    else:
+        relay.done.wait()
+    outcome.duration_s = time.monotonic() - t0
+    outcome.totals = child.output_totals()
+    outcome.stdin_bytes = 0 if child.stdin is None else child.stdin.written
+    outcome.exit_code = status.exit_code if status.signal is None else None
+    outcome.signal = status.signal
+    outcome.timed_out = status.timed_out
+    outcome.denials = child.denials
+    if relay.broken_pipe:
+        outcome.broken_pipe = True
+        return EXIT_BROKEN_PIPE
+    if status.timed_out:
+        _say(f"timed out after {opts.timeout} s; {shown(opts.argv[0])} was killed")
+        return EXIT_TIMEOUT
+    if status.signal is not None:
+        return 128 + status.signal
+    assert status.exit_code is not None
+    return status.exit_code
 
 
 def _spawn_refused(outcome: Outcome, exc: FluxSystemError, argv0: str) -> int:

@@ -2,7 +2,8 @@
 
 The report names the command (``argv[0]`` only: arguments and environment values may
 hold secrets) and says how the run ended, how long it took and how many bytes each
-stream carried. ``sandbox`` is ``null`` until the sandbox reports its layers here.
+stream carried, and (when sandboxed) the sandbox's active layers, what is missing, each
+guarantee and what it denied.
 The file is written through :mod:`flux_runtime._files` (atomic replace).
 """
 
@@ -12,6 +13,7 @@ import typing
 from dataclasses import dataclass
 
 from flux_system.process import OutputTotals
+from flux_system.sandbox import Denials
 
 __all__ = ["REPORT_SCHEMA", "Outcome", "report_dict", "write_report"]
 
@@ -35,6 +37,8 @@ class Outcome:
     totals: OutputTotals | None = None
     stdin_bytes: int = 0
     error: tuple[str, str] | None = None  # (reason, message)
+    sandbox: dict[str, object] | None = None  # the sandbox section (None: --sandbox off)
+    denials: Denials | None = None
 
 
 def _stream(totals: OutputTotals | None, name: str) -> dict[str, object]:
@@ -74,7 +78,7 @@ def report_dict(o: Outcome) -> dict[str, object]:
         "stderr": _stream(o.totals, "stderr"),
         "stdin": {"mode": o.stdin_mode, "bytes": o.stdin_bytes},
         "error": None if o.error is None else {"reason": o.error[0], "message": o.error[1]},
-        "sandbox": None,
+        "sandbox": o.sandbox,
     }
 
 

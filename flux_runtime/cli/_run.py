@@ -19,7 +19,6 @@ the far side's own guards and sandbox apply.
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
 from typing import Any
@@ -77,18 +76,22 @@ def _err(msg: str) -> None:
 
 def _sandbox(args: argparse.Namespace, ws: Any) -> Any:
     """The System for native processes, or None (processes unserved)."""
-    from flux_system import System
+    from flux_system import FluxSystemError, System
 
     if args.sandbox == "off":
         return System(ws)
+    from flux_system.sandbox import Sandbox, SandboxSettings
+
     try:
-        mod: Any = importlib.import_module("flux_system.sandbox")
-        sb = mod.Sandbox.resolve(mod.SandboxSettings(mode=args.sandbox, profile=args.profile))
-        return System(ws, sandbox=sb)
-    except Exception as exc:  # no backend here: processes stay unserved, said out loud
+        # The protected-path audit runs for the runtime as for flux exec (DESIGN §2.5).
+        settings = SandboxSettings(mode=args.sandbox, profile=args.profile, audit=True)
+        return System(ws, sandbox=Sandbox.resolve(settings))
+    except (FluxSystemError, TypeError, ValueError) as exc:
+        # A layer the profile requires is missing (or a bad profile): processes stay
+        # unserved, said out loud — never a silent unconfined run.
         _err(
-            f"sandbox {args.sandbox}: unavailable ({type(exc).__name__}: {exc}); "
-            "process operations are unserved (use --sandbox off to run them unconfined)"
+            f"sandbox {args.sandbox}: {exc}; process operations are unserved "
+            "(see flux doctor; --sandbox off runs them unconfined)"
         )
         return None
 

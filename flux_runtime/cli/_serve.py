@@ -1,8 +1,10 @@
 """``flux serve`` — serve this host's workspace, processes and egress over the port protocol.
 
 ``flux serve (--listen unix:PATH | --listen tcp://HOST:PORT | --stdio) --workspace DIR
-[--sandbox off|on|require] [--profile P] [--token-env VAR | --token-file F]
-[--tls-cert F --tls-key F] [--allow-host H] [--allow-private CIDR]``.
+[--sandbox off|on|require] [--profile P] [--backend ...] [--net none|proxy|host]
+[--token-env VAR | --token-file F] [--tls-cert F --tls-key F] [--allow-host H]
+[--allow-private CIDR]`` — the sandbox options are ``flux exec``'s, with the same
+default (``--sandbox require --profile default``).
 The server enforces its own workspace, sandbox and egress grants: a client widens none
 of them. TCP off loopback needs TLS and a token; a token is read from an environment
 variable or a 0600 file, never from argv. One line per connection is logged to stderr.
@@ -43,13 +45,6 @@ def register(subparsers: Any) -> None:
         "--stdio", action="store_true", help="serve one client over stdin/stdout (ssh)"
     )
     parser.add_argument("--workspace", required=True, metavar="DIR", help="the root served")
-    parser.add_argument(
-        "--sandbox",
-        choices=("off", "on", "require"),
-        default="require",
-        help="confinement of the processes served (default: require)",
-    )
-    parser.add_argument("--profile", default="default", metavar="NAME|FILE", help="sandbox profile")
     token = parser.add_mutually_exclusive_group()
     token.add_argument("--token-env", metavar="VAR", help="read the bearer token from $VAR")
     token.add_argument(
@@ -57,20 +52,11 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--tls-cert", metavar="FILE", help="TLS certificate chain (PEM)")
     parser.add_argument("--tls-key", metavar="FILE", help="TLS private key (PEM)")
-    parser.add_argument(
-        "--allow-host",
-        action="append",
-        default=[],
-        metavar="PATTERN",
-        help="a host the served HTTP requests may reach (none by default: no egress)",
-    )
-    parser.add_argument(
-        "--allow-private",
-        action="append",
-        default=[],
-        metavar="CIDR",
-        help="a blocked range the served HTTP requests may reach",
-    )
+    from flux_runtime.cli._sandbox_opts import add_sandbox_options
+
+    # The sandbox of the processes served; --allow-host / --allow-private also grant the
+    # served HTTP requests (none by default: no egress).
+    add_sandbox_options(parser)
     parser.set_defaults(func=_serve)
 
 
@@ -112,9 +98,11 @@ def _serve(args: argparse.Namespace) -> int:
         ws = Workspace(os.path.abspath(args.workspace))
     except FluxSystemError as exc:
         return _fail(str(exc))
+    from flux_runtime.cli._sandbox_opts import SandboxRefused
+
     try:
         system, layers = _system(args, ws)
-    except FluxSystemError as exc:
+    except (FluxSystemError, SandboxRefused) as exc:
         ws.close()
         return _fail(f"{exc} (see flux doctor)")
     http = None

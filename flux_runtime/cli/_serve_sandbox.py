@@ -1,19 +1,21 @@
-"""The sandbox of ``flux serve`` (wired to flux_system.sandbox when it is present)."""
+"""The sandbox of ``flux serve``: the options and resolution ``flux exec`` uses."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-from flux_system import SandboxReason, SandboxUnavailableError
-
 __all__ = ["confined_system"]
 
 
 def confined_system(args: argparse.Namespace, ws: Any) -> tuple[Any, tuple[str, ...]]:
-    raise SandboxUnavailableError(
-        f"--sandbox {args.sandbox}: no sandbox backend is wired into flux serve yet",
-        op="serve",
-        layer="sandbox",
-        reason=SandboxReason.MISSING_BACKEND,
-    )
+    """A System confined as *args* ask, and the layers it actually runs under.
+
+    Raises:
+        SandboxRefused: a bad option or profile, or (``require``) a missing layer.
+    """
+    from flux_runtime.cli._sandbox_opts import resolve_sandbox
+    from flux_system import System
+
+    sandbox = resolve_sandbox(args)
+    return System(ws, sandbox=sandbox), tuple(sandbox.report().active_layers)

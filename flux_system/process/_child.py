@@ -9,6 +9,7 @@ import typing
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 
+from flux_system.process._confine import Denials
 from flux_system.process._drain import LineObserver, Ring
 from flux_system.process._flowdrive import drive_flow
 from flux_system.process._run import Session, drive_sync
@@ -279,6 +280,11 @@ class ManagedChild:
         if code is None:
             return ChildStatus(True, None, None, timed_out=False)
         return ChildStatus(False, code, -code if code < 0 else None, timed_out=self._timed_out)
+
+    @property
+    def denials(self) -> Denials | None:
+        """What the sandbox refused (``None``: unsandboxed, or not ended yet)."""
+        return self._sess.sp.denials if self._done.is_set() else None
 
     def kill(self) -> None:
         """SIGKILL the whole tree; the drain thread then reaps it (idempotent).

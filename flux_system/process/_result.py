@@ -5,6 +5,7 @@ from __future__ import annotations
 import typing
 from dataclasses import dataclass
 
+from flux_system.process._confine import Denials
 from flux_system.process._drain import decode_capped
 
 __all__ = ["DEFAULT_OUTPUT_CAP", "RunResult"]
@@ -24,7 +25,8 @@ class RunResult:
     signal has ``exit_code == -N`` and ``signal == N``. A non-zero exit is a result.
     ``tree_contained`` says whether the tree had its own cgroup (so even daemonised
     descendants were killed); ``False`` means only its process group and live
-    descendants were.
+    descendants were. ``denials`` (sandboxed runs only) lists what the sandbox refused,
+    or says that the backend cannot observe it.
     """
 
     exit_code: int
@@ -37,6 +39,7 @@ class RunResult:
     stdout_dropped: int = 0
     stderr_dropped: int = 0
     tree_contained: bool = True
+    denials: Denials | None = None
 
     @property
     def ok(self) -> bool:

@@ -162,6 +162,7 @@ class Session:
             self.forget(fd)
         self._sinks.clear()
         self.sp.close_fds()
+        self.sp.settle(code)  # the sandbox's post-run part: after the tree is gone
         return code
 
 

@@ -21,6 +21,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import resource
 import signal
 import subprocess
 import threading
@@ -31,6 +32,7 @@ from typing import NamedTuple
 
 from flux_system._exceptions import ProcessError, ProcessReason, SpawnError
 from flux_system.process._cgroup import CgroupPool
+from flux_system.process._confine import Confinement, Denials, Launch
 from flux_system.process._drain import devnull
 from flux_system.process._env import over, resolve_argv0
 from flux_system.process._limits import Limits, Privileges, make_preexec
@@ -56,6 +58,7 @@ class SpawnSpec(NamedTuple):
     limits: Limits | None
     privileges: Privileges
     cgroups: CgroupPool
+    confine: Confinement | None = None  # the sandbox (DESIGN §2.5): None runs unconfined
 
 
 @typing.final
@@ -71,10 +74,25 @@ class Spawned:
     stdout_fd: int
     stderr_fd: int
     target: str
+    launch: Launch | None = None  # the sandbox's launch of this child (its denials)
+    denials: Denials | None = None  # what the sandbox refused (set once it was reaped)
 
     @property
     def pid(self) -> int:
         return self.popen.pid
+
+    def settle(self, code: int) -> None:
+        """After the reap: let the sandbox conclude the run (proxy, audit, denials)."""
+        launch = self.launch
+        if launch is not None and launch.finish is not None and self.denials is None:
+            try:
+                self.denials = launch.finish(code)
+            except Exception as exc:  # never lose the result for a report: say it failed
+                self.denials = Denials(
+                    (),
+                    observable=False,
+                    reason=f"the sandbox's post-run step failed ({type(exc).__name__})",
+                )
 
     def close_fds(self) -> None:
         for fd in (self.stdin_fd, self.stdin_probe, self.stdout_fd, self.stderr_fd, self.pidfd):
@@ -186,6 +204,8 @@ def _build_spawn(spec: SpawnSpec, ws: DirAuthority) -> Spawned:
     env = over(spec.base_env, spec.env)
     executable = resolve_argv0(target, env)
     limits = spec.limits
+    if limits is None and spec.confine is not None:
+        limits = spec.confine.default_limits()
     priv = spec.privileges
     child_uid = priv.uid if priv.uid is not None else os.geteuid()
     nproc = limits.nproc if limits is not None else None
@@ -199,14 +219,18 @@ def _build_spawn(spec: SpawnSpec, ws: DirAuthority) -> Spawned:
             target=target,
             reason=ProcessReason.LIMIT_UNENFORCEABLE,
         )
-    preexec = make_preexec(
-        limits.rlimits() if limits is not None else (), no_new_privs=priv.no_new_privs
-    )
+    rlimits = limits.rlimits() if limits is not None else ()
+    if nproc is not None and child_uid == 0 and tree.contained:
+        # The tree's pids cgroup bounds a root child (which RLIMIT_NPROC would not):
+        # without the rlimit no code runs between fork and exec for it (vfork).
+        rlimits = tuple(pair for pair in rlimits if pair[0] != resource.RLIMIT_NPROC)
+    preexec = make_preexec(rlimits, no_new_privs=priv.no_new_privs)
     ours: list[int] = []
     theirs: list[int] = []
     cwd_fd = -1
     pidfd = -1
     probe: int | None = None
+    launch: Launch | None = None
     # Made before its __init__ runs: a signal (KeyboardInterrupt) raised out of Popen's
     # constructor after the fork (its wait for the exec) still leaves us the child's pid.
     popen: subprocess.Popen[bytes] = subprocess.Popen.__new__(subprocess.Popen)
@@ -232,31 +256,57 @@ def _build_spawn(spec: SpawnSpec, ws: DirAuthority) -> Spawned:
                 f"spawn failed: {exc.strerror}", op="run", target=target, reason=_SPAWN_FAILED
             ) from exc
         cwd_link = f"/proc/self/fd/{cwd_fd}"
+        argv = spec.argv
+        if spec.confine is not None:  # the sandbox rewrites what is exec'd (never forks)
+            launch = spec.confine.launch(argv, executable, env, cwd_fd)
+            argv, executable, env = launch.argv, launch.executable, launch.env
         tid = b"%d" % threading.get_native_id()
-        tree.enter(tid)  # this thread joins the tree's cgroup: the child is born inside
+        if launch is not None and launch.tid is not None:
+            tid = launch.tid  # the confined spawner thread forks: it joins the cgroup
+        serial = launch.serial if launch is not None else None
+        if serial is not None:
+            serial.acquire()
+        try:
+            tree.enter(tid)  # this thread joins the tree's cgroup: the child is born inside
+        except BaseException:
+            if serial is not None:
+                serial.release()
+            raise
+
+        def fork() -> None:
+            subprocess.Popen.__init__(
+                popen,
+                argv,
+                executable=executable,
+                stdin=theirs[0] if spec.with_stdin else devnull(),
+                stdout=out_w,
+                stderr=err_w,
+                cwd=cwd_link,
+                env=env,
+                close_fds=True,
+                pass_fds=launch.pass_fds if launch is not None else (),
+                start_new_session=True,  # own group, and no controlling terminal
+                umask=priv.umask if priv.umask is not None else -1,
+                user=priv.uid,
+                group=priv.gid,
+                extra_groups=[] if priv.uid is not None or priv.gid is not None else None,
+                preexec_fn=preexec,  # only for limits; no locks taken
+            )
+
         try:
             try:
-                subprocess.Popen.__init__(
-                    popen,
-                    spec.argv,
-                    executable=executable,
-                    stdin=theirs[0] if spec.with_stdin else devnull(),
-                    stdout=out_w,
-                    stderr=err_w,
-                    cwd=cwd_link,
-                    env=env,
-                    close_fds=True,
-                    start_new_session=True,  # own group, and no controlling terminal
-                    umask=priv.umask if priv.umask is not None else -1,
-                    user=priv.uid,
-                    group=priv.gid,
-                    extra_groups=[] if priv.uid is not None or priv.gid is not None else None,
-                    preexec_fn=preexec,  # only for limits; no locks taken
-                )
+                if launch is not None and launch.fork is not None:
+                    launch.fork(fork)
+                else:
+                    fork()
             except (OSError, subprocess.SubprocessError) as exc:
                 raise _translate(exc, target, cwd_link) from exc
         finally:
             tree.leave(tid)
+            if serial is not None:
+                serial.release()
+            if launch is not None:
+                launch.close_fds()
         try:
             pidfd = os.pidfd_open(popen.pid)
         except OSError as exc:  # pragma: no cover - pidfd_open on a just-forked child
@@ -264,6 +314,8 @@ def _build_spawn(spec: SpawnSpec, ws: DirAuthority) -> Spawned:
                 "pidfd_open failed", op="run", target=target, reason=_SPAWN_FAILED
             ) from exc
         tree.started(popen.pid, pidfd)
+        if launch is not None and launch.started is not None:
+            launch.started(popen.pid)
         for fd in ours:
             os.set_blocking(fd, False)
         return Spawned(
@@ -275,6 +327,7 @@ def _build_spawn(spec: SpawnSpec, ws: DirAuthority) -> Spawned:
             stdout_fd=out_r,
             stderr_fd=err_r,
             target=target,
+            launch=launch,
         )
     except BaseException:
         for fd in ours:
@@ -289,5 +342,7 @@ def _build_spawn(spec: SpawnSpec, ws: DirAuthority) -> Spawned:
     finally:
         for fd in theirs:
             os.close(fd)
+        if launch is not None:
+            launch.close_fds()
         if cwd_fd >= 0:
             os.close(cwd_fd)

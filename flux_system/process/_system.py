@@ -16,12 +16,11 @@ from flux_system._exceptions import (
     ProcessError,
     ProcessReason,
     ProcessTimeoutError,
-    SandboxReason,
-    SandboxUnavailableError,
     SpawnError,
 )
 from flux_system.process._cgroup import CgroupPool, remove_leftovers
 from flux_system.process._child import ManagedChild
+from flux_system.process._confine import Confinement, SandboxLike
 from flux_system.process._drain import Capture, LineObserver
 from flux_system.process._env import DEFAULT_ENV_ALLOWLIST, build_env
 from flux_system.process._limits import Limits, Privileges
@@ -78,12 +77,16 @@ class System:
     each child in its own process group and, where the host allows, its own pids
     cgroup; on exit, timeout, cancellation, ``kill()``, ``close()``, interpreter exit
     or ``KeyboardInterrupt`` its whole tree is killed and reaped.
-    Not guaranteed: confinement of what the child does — with ``sandbox=None`` it runs
-    with this process's authority (DESIGN §2.5 adds the sandbox).
+    With a *sandbox* every child — ``run``, ``arun``, ``spawn`` — is started confined
+    by it (the one spawn builder applies it); ``result.denials`` then says what it
+    refused, as far as the host can observe.
+    Not guaranteed: confinement of what the child does with ``sandbox=None`` — it runs
+    with this process's authority.
 
     Args:
         ws: the workspace whose root pins every child's cwd.
-        sandbox: must be ``None`` for now; anything else fails closed.
+        sandbox: ``None`` (unconfined) or a :class:`flux_system.sandbox.Sandbox` (any
+            object with its ``confine(ws)``).
         env_allowlist: variable names copied from this process's environment. They
             are copied once, when the ``System`` is created: later changes to
             ``os.environ`` do not reach its children (pass ``env`` per call, or create
@@ -96,29 +99,24 @@ class System:
             for a root child is refused.
 
     Raises:
-        SandboxUnavailableError: a sandbox was asked for.
+        SandboxUnavailableError: the sandbox cannot confine this workspace here.
     """
 
     def __init__(
         self,
         ws: DirAuthority,
         *,
-        sandbox: object | None = None,
+        sandbox: SandboxLike | None = None,
         env_allowlist: frozenset[str] | Sequence[str] = DEFAULT_ENV_ALLOWLIST,
         output_cap: int = DEFAULT_OUTPUT_CAP,
         max_children: int | None = None,
         privileges: Privileges | None = None,
         _contain: bool = True,
     ) -> None:
-        if sandbox is not None:
-            raise SandboxUnavailableError(
-                "no sandbox backend is wired into System yet",
-                op="System",
-                layer="sandbox",
-                reason=SandboxReason.MISSING_BACKEND,
-            )
         if not callable(getattr(ws, "_open_dir_fd", None)):
             raise TypeError("ws must be a Workspace")
+        if sandbox is not None and not callable(getattr(sandbox, "confine", None)):
+            raise TypeError("sandbox must be a Sandbox or None")
         if isinstance(env_allowlist, str) or not all(isinstance(n, str) for n in env_allowlist):
             raise TypeError("env_allowlist must be a collection of str")
         if isinstance(output_cap, bool) or not isinstance(output_cap, int) or output_cap < 0:
@@ -141,8 +139,13 @@ class System:
         self._slots = 0
         self._closed = False
         self._pid = os.getpid()  # a forked child refuses to use it (FORKED, decision 0022)
+        self._confine: Confinement | None = None
+        if sandbox is not None:
+            self._confine = sandbox.confine(ws)
         self._cgroups = CgroupPool(enabled=bool(_contain))
         weakref.finalize(self, self._cgroups.close)
+        if self._confine is not None:
+            weakref.finalize(self, self._confine.close)
         _systems.add(self)
 
     # -- admission -------------------------------------------------------------------
@@ -180,7 +183,17 @@ class System:
                 )
             self._slots += 1
         piped = with_stdin or stdin is not None
-        spec = SpawnSpec(items, env, self._base_env, cwd, piped, limits, self._priv, self._cgroups)
+        spec = SpawnSpec(
+            items,
+            env,
+            self._base_env,
+            cwd,
+            piped,
+            limits,
+            self._priv,
+            self._cgroups,
+            self._confine,
+        )
         try:
             return _build_spawn(spec, self._ws)
         except BaseException:
@@ -217,6 +230,7 @@ class System:
             stdout_dropped=out.dropped,
             stderr_dropped=err.dropped,
             tree_contained=sess.sp.tree.contained,
+            denials=sess.sp.denials,
         )
 
     @contextlib.contextmanager
@@ -494,6 +508,8 @@ class System:
         for child in children:
             child.join()
         self._cgroups.close()
+        if self._confine is not None:
+            self._confine.close()
 
     def __enter__(self) -> System:
         return self

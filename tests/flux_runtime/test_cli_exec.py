@@ -53,7 +53,8 @@ def test_not_found_and_not_executable(tmp_path: Path) -> None:
 
 
 def test_timeout(tmp_path: Path, capfdbinary: pytest.CaptureFixture[bytes]) -> None:
-    assert _exec(tmp_path, "--timeout", "0.2", "--", "sh", "-c", "echo early; sleep 30") == (
+    # 2 s: the sandbox's set-up (namespaces, mounts) comes before the first output
+    assert _exec(tmp_path, "--timeout", "2", "--", "sh", "-c", "echo early; sleep 30") == (
         EXIT_TIMEOUT
     )
     assert capfdbinary.readouterr().out == b"early\n"

@@ -36,6 +36,8 @@ def test_signal_to_flux_kills_the_command_and_exits_128_plus_n(
             "exec",
             "--workspace",
             str(tmp_path),
+            "--sandbox",  # $$ is the host pid only outside the sandbox's pid namespace
+            "off",
             "--",
             *command,
         ],

@@ -39,6 +39,8 @@ def _wait_for_file(path: Path) -> str:
 
 
 _PIPES = {"stdin": subprocess.DEVNULL, "stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+# $$ is a host pid only outside the sandbox's pid namespace: these runs are --sandbox off
+# (tests/flux_runtime/test_cli_exec_sandbox.py kills sandboxed trees by a marker).
 _PIDFILE = "echo $$ > pid.tmp; mv pid.tmp pid; exec yes"
 
 
@@ -78,7 +80,18 @@ def test_first_line_of_a_slow_producer_arrives_before_it_exits(tmp_path: Path) -
 
 
 def test_reader_going_away_kills_the_tree_and_exits_141(tmp_path: Path) -> None:
-    with popen("exec", "--workspace", str(tmp_path), "--", "sh", "-c", _PIDFILE, **_PIPES) as proc:
+    with popen(
+        "exec",
+        "--workspace",
+        str(tmp_path),
+        "--sandbox",
+        "off",
+        "--",
+        "sh",
+        "-c",
+        _PIDFILE,
+        **_PIPES,
+    ) as proc:
         assert proc.stdout is not None
         assert len(_read_until(proc.stdout.fileno(), b"y\ny\ny\n")) >= 6  # `| head -c 6`
         pid = int(_wait_for_file(tmp_path / "pid"))
@@ -94,7 +107,19 @@ def test_a_blocked_writer_is_still_killed_by_timeout(tmp_path: Path) -> None:
     # Nobody reads flux's stdout: flux's write blocks, the pipe from the command fills,
     # the command blocks writing. --timeout must still kill it, and flux must exit.
     # 3 s: ample time for both writes to block first, even on a loaded host.
-    args = ("exec", "--workspace", str(tmp_path), "--timeout", "3", "--", "sh", "-c", _PIDFILE)
+    args = (
+        "exec",
+        "--workspace",
+        str(tmp_path),
+        "--timeout",
+        "3",
+        "--sandbox",
+        "off",
+        "--",
+        "sh",
+        "-c",
+        _PIDFILE,
+    )
     with popen(*args, **_PIPES) as proc:
         pid = int(_wait_for_file(tmp_path / "pid"))
         _wait_until_write_blocked(proc.pid)  # flux's own write to its stdout
@@ -109,7 +134,18 @@ def test_a_blocked_writer_is_still_killed_by_timeout(tmp_path: Path) -> None:
 def test_a_signal_still_ends_flux_while_its_write_is_blocked(
     tmp_path: Path, sig: signal.Signals
 ) -> None:
-    with popen("exec", "--workspace", str(tmp_path), "--", "sh", "-c", _PIDFILE, **_PIPES) as proc:
+    with popen(
+        "exec",
+        "--workspace",
+        str(tmp_path),
+        "--sandbox",
+        "off",
+        "--",
+        "sh",
+        "-c",
+        _PIDFILE,
+        **_PIPES,
+    ) as proc:
         pid = int(_wait_for_file(tmp_path / "pid"))
         assert proc.stdout is not None
         _read_until(proc.stdout.fileno(), b"y\n")  # flowing; then nobody reads any more

@@ -33,12 +33,20 @@ def test_report_of_an_exit(tmp_path: Path) -> None:
     assert r["stdin"] == {"mode": "stream", "bytes": 2}
     assert isinstance(r["duration_s"], float) and r["duration_s"] >= 0
     assert r["error"] is None
-    assert r["sandbox"] is None  # filled in once the sandbox reports its layers
+    sandbox = r["sandbox"]
+    assert sandbox["backend"] == "bwrap" and sandbox["profile"] == "default"
+    assert sandbox["active_layers"] == ["bubblewrap", "seccomp"]
+    assert sandbox["missing"] == []
+    assert sandbox["denials"]["observable"] is False  # bwrap 0.8: no listener
 
 
 def test_report_of_a_signal_a_timeout_and_a_cap(tmp_path: Path) -> None:
-    code, r = _report(tmp_path, "--", "sh", "-c", "kill -TERM $$")
+    # bwrap passes a signal death on as exit 128+N: the signal itself is seen unsandboxed
+    code, r = _report(tmp_path, "--sandbox", "off", "--", "sh", "-c", "kill -TERM $$")
     assert (code, r["ended"], r["exit_code"], r["signal"]) == (143, "signaled", None, 15)
+    assert r["sandbox"] is None
+    code, r = _report(tmp_path, "--", "sh", "-c", "kill -TERM $$")
+    assert (code, r["ended"], r["exit_code"], r["signal"]) == (143, "exited", 143, None)
     code, r = _report(tmp_path, "--timeout", "0.3", "--", "sleep", "30")
     assert (code, r["ended"], r["timed_out"], r["signal"]) == (124, "timed_out", True, 9)
     code, r = _report(tmp_path, "--output-cap", "4", "--", "head", "-c", "100000", "/dev/zero")

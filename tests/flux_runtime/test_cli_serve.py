@@ -125,3 +125,21 @@ def test_serve_over_stdio(tmp_path: Path) -> None:
     with connect(argv) as sub:
         assert sub.files.read_text("b.txt") == "over a pipe\n"
         assert sub.identity.identity().remotely_reported
+
+
+def test_serve_confines_by_default(tmp_path: Path) -> None:
+    # The default is --sandbox require --profile default: a served process sees the
+    # sandbox's view (a fresh /tmp, no host home), and identity names the layers.
+    sock = os.path.join(tempfile.mkdtemp(prefix="flux-serve-"), "s.sock")
+    marker = Path(tempfile.mkdtemp(prefix="flux-host-")) / "host-only"
+    marker.write_text("host\n")
+    proc = _serve("--listen", f"unix:{sock}", "--workspace", str(tmp_path))
+    try:
+        with connect(f"unix:{sock}") as sub:
+            layers = sub.identity.identity().sandbox
+            assert "bwrap" in layers or "bubblewrap" in layers, layers
+            seen = sub.processes.run(["cat", str(marker)])
+            assert seen.exit_code != 0  # the host file is outside the sandbox's view
+            assert sub.processes.run(["cat", "/dev/null"]).exit_code == 0  # positive control
+    finally:
+        _stop(proc)

@@ -17,7 +17,6 @@ from flux_system import (
     Privileges,
     ProcessError,
     ProcessReason,
-    SandboxUnavailableError,
     SpawnError,
     System,
 )
@@ -86,9 +85,9 @@ def test_argv0_resolved_on_child_path(system: System, tmp_path: Path) -> None:
     assert ei.value.reason is ProcessReason.NOT_FOUND
 
 
-def test_sandbox_other_than_none_fails_closed(tmp_path: Path) -> None:
-    with pytest.raises(SandboxUnavailableError):
-        System(make_ws(tmp_path), sandbox=object())
+def test_sandbox_that_is_not_one_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(TypeError):
+        System(make_ws(tmp_path), sandbox=object())  # type: ignore[arg-type]
 
 
 def test_exit_code_and_signal(system: System) -> None:

@@ -1,0 +1,111 @@
+"""Profiles: the built-in ones load without pydantic; bad files name the file and key."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from flux_system import SandboxReason, SandboxUnavailableError
+from flux_system.sandbox import BUILTIN_PROFILES, load_profile
+from flux_system.sandbox._profile import profile_dirs
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+@pytest.mark.parametrize("name", BUILTIN_PROFILES)
+def test_builtin_profiles_load(name: str) -> None:
+    profile = load_profile(name)
+    assert profile.name == name
+    assert "bubblewrap" in profile.require and "seccomp" in profile.require
+    assert profile.restore is True
+    assert profile.read_only and all(p.startswith("/") for p in profile.read_only)
+
+
+def test_strict_requires_landlock_and_net_proxy_uses_the_proxy() -> None:
+    assert "landlock" in load_profile("strict").require
+    assert "landlock" not in load_profile("default").require
+    assert load_profile("net-proxy").network == "proxy"
+    assert load_profile("default").network == "none"
+
+
+def test_loading_builtin_profiles_imports_no_pydantic() -> None:
+    code = (
+        "import sys\n"
+        "from flux_system.sandbox import load_profile\n"
+        "for n in ('default', 'strict', 'net-proxy'): load_profile(n)\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('pydantic', 'httpx', 'dns')))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "[]"
+
+
+def _write(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "p.toml"
+    path.write_text(text)
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ("bogus = 1\n", "bogus"),
+        ('[filesystem]\nread_ony = ["/usr"]\n', "filesystem.read_ony"),
+        ('[network]\nmode = "wide-open"\n', "network.mode"),
+        ('require = ["bubblewrap", "magic"]\n', "require"),
+        ('restore = "yes"\n', "restore"),
+        ('[filesystem]\nread_only = ["usr"]\n', "filesystem.read_only"),
+        ('[filesystem]\nprotected = ["../x"]\n', "filesystem.protected"),
+        ("[limits]\nprocesses = 0\n", "limits.processes"),
+        ("[limits]\nprocesses = true\n", "limits.processes"),
+        ("filesystem = 3\n", "filesystem"),
+        ("[limits]\nwall = 3\n", "limits.wall"),
+        ("not toml [\n", "(file)"),
+    ],
+)
+def test_bad_profile_names_file_and_key(tmp_path: Path, text: str, key: str) -> None:
+    path = _write(tmp_path, text)
+    with pytest.raises(SandboxUnavailableError) as ei:
+        load_profile(path)
+    assert ei.value.reason is SandboxReason.BAD_PROFILE
+    assert ei.value.layer == f"{path}:{key}"
+    assert path in str(ei.value) and key in str(ei.value)
+
+
+def test_unknown_builtin_name_and_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(SandboxUnavailableError) as ei:
+        load_profile("defualt")
+    assert ei.value.reason is SandboxReason.BAD_PROFILE
+    with pytest.raises(SandboxUnavailableError) as ei:
+        load_profile(str(tmp_path / "absent.toml"))
+    assert ei.value.reason is SandboxReason.BAD_PROFILE
+
+
+def test_a_user_profile_file_loads(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path,
+        'require = ["bubblewrap"]\nrestore = false\n[filesystem]\nread_only = ["/usr"]\n'
+        'protected = [".secrets"]\n[network]\nmode = "host"\n[limits]\nprocesses = 10\n',
+    )
+    p = load_profile(path)
+    assert (p.name, p.require, p.restore, p.network, p.processes) == (
+        "p",
+        ("bubblewrap",),
+        False,
+        "host",
+        10,
+    )
+    assert p.protected == (".secrets",)
+
+
+def test_profiles_in_the_source_tree_match_the_package_copy() -> None:
+    """The wheel ships sandbox-profiles/ as package data (mapped in pyproject.toml)."""
+    src = REPO / "sandbox-profiles"
+    assert src in profile_dirs()
+    for name in BUILTIN_PROFILES:
+        assert (src / f"{name}.toml").is_file()
