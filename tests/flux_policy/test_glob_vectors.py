@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import re
 from typing import Any
 
 import pytest
@@ -72,6 +73,36 @@ def _simple_match(pattern: str, name: str) -> bool:
         return name[j : j + 1] == tok and at(i + 1, j + 1)
 
     return at(0, 0)
+
+
+def _compiled_regex(matcher: Matcher) -> str:
+    """The source of the ``re`` program a regex-shaped matcher runs."""
+    bound = [cell.cell_contents for cell in matcher.__closure__ or ()]
+    (fullmatch,) = [b for b in bound if isinstance(getattr(b, "__self__", None), re.Pattern)]
+    source: str = fullmatch.__self__.pattern
+    return source
+
+
+def _unbounded_repetitions(source: str) -> int:
+    """``*`` and ``+`` quantifiers in a regex source (not escaped literals)."""
+    count = 0
+    escaped = False
+    for ch in source:
+        if escaped:
+            escaped = False
+        elif ch == "\\":
+            escaped = True
+        elif ch in "*+":
+            count += 1
+    return count
+
+
+def test_regex_budget_is_two_wildcards() -> None:
+    # The quadratic bound above holds for two unbounded repetitions; three made
+    # ``**a**a**b`` on a 4,096-character name take seconds (issue 18).
+    assert _REGEX_MAX_WILDCARDS == 2
+    assert _unbounded_repetitions(_compiled_regex(compile_pattern("a/*/b/*.py"))) == 2
+    assert isinstance(compile_pattern("**a**a**b"), _Nfa)
 
 
 def _shape(matcher: Matcher, pattern: str) -> str:
@@ -212,9 +243,11 @@ def test_every_program_is_bounded(case: dict[str, Any]) -> None:
             _, fetches = _fetches(matcher, name)
             assert fetches <= per_char * (len(name) + 1)
     elif _shape(matcher, pattern) == "regex":
-        # Python's backtracking engine: at most two unbounded quantifiers, so at worst
-        # quadratic in a name of at most MAX_NAME_LENGTH characters.
-        assert 1 <= len(wild) <= 2 == _REGEX_MAX_WILDCARDS
+        # Python's backtracking engine: the program actually compiled holds one
+        # unbounded repetition per wildcard and never more than two, so matching is at
+        # worst quadratic in a name of at most MAX_NAME_LENGTH characters.
+        assert _unbounded_repetitions(_compiled_regex(matcher)) == len(wild)
+        assert len(wild) <= _REGEX_MAX_WILDCARDS
 
 
 SMALL_PIECES = ("a", "/", "*", "**", "/**/", "b")

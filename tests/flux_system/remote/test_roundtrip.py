@@ -174,8 +174,47 @@ def test_many_concurrent_requests_respect_the_in_flight_cap(tmp_path: Path) -> N
             assert all(isinstance(v, dict) and v["size"] == 4096 for v in values)
     srv_log = "\n".join(srv.log)  # written when the server closed the connection
     assert "1000 requests" in srv_log
-    peak = int(srv_log.split("peak ")[1].split(" ")[0])
-    assert 1 <= peak <= 4
+
+
+def _running_gates(gate: str) -> int:
+    """Children of this process (the in-thread server's runs) running *gate*."""
+    count = 0
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            if proc.cmdline()[-1:] == [gate]:
+                count += 1
+        except psutil.Error:
+            continue
+    return count
+
+
+def _peak(log: list[str]) -> int:
+    line = "\n".join(log)
+    return int(line.split("peak ")[1].split(" ")[0])
+
+
+def test_in_flight_cap_is_reached_and_never_exceeded(tmp_path: Path) -> None:
+    # Twelve runs that cannot finish until the test says so, on a connection capped at
+    # four: exactly four start; the rest wait in the socket (back-pressure, not
+    # refusal) and all twelve complete once released.
+    import time
+
+    gate = "while [ ! -e go ]; do sleep 0.01; done; echo done"
+    with served(tmp_path, limits=ServerLimits(max_in_flight=4)) as srv:
+        with connect(srv.target) as sub:
+            client = sub.closer.__self__  # type: ignore[union-attr]
+            calls = [client.start("run", {"argv": ["sh", "-c", gate]}) for _ in range(12)]
+            for _ in range(6000):  # hang guard: the four must start
+                if _running_gates(gate) >= 4:
+                    break
+                time.sleep(0.01)
+            assert _running_gates(gate) == 4  # the cap, reached
+            assert not any(c.done.is_set() for c in calls)
+            (tmp_path / "go").write_bytes(b"")  # beside the connection, which is full
+            values = [client.wait(c, 120) for c in calls]
+            assert all(isinstance(v, dict) and v["exit_code"] == 0 for v in values)
+    assert "12 requests" in "\n".join(srv.log)
+    assert _peak(srv.log) == 4
 
 
 def test_workspace_unchanged_after_refused_write(remote, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
