@@ -15,12 +15,19 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from flux_system import System
 from flux_system.sandbox import _host
 from tests._capabilities import require
 
 REPO = Path(__file__).resolve().parents[3]
 UNPRIVILEGED = 65534
 SYSTEM_PYTHON = "/usr/bin/python3"
+
+
+def sh(system: System, script: str) -> tuple[int, str, str]:
+    """Run *script* with ``/bin/sh -c`` in *system*: exit code, stdout, stderr."""
+    r = system.run(["/bin/sh", "-c", script], timeout=30)
+    return r.exit_code, r.stdout_text, r.stderr_text
 
 
 def require_bwrap() -> _host.HostInfo:

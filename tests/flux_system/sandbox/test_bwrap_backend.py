@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -13,31 +12,13 @@ import pytest
 from flux_system import SandboxReason, SandboxUnavailableError, SpawnError, System, Workspace
 from flux_system.sandbox import Sandbox, SandboxSettings
 from flux_system.sandbox._layers import BWRAP_DENIALS
-from tests.flux_system.sandbox._support import require_bwrap
+from tests.flux_system.sandbox._support import require_bwrap, sh
 
 
 @pytest.fixture(scope="module")
 def sandbox() -> Sandbox:
     require_bwrap()
     return Sandbox.resolve(SandboxSettings(mode="require", profile="default"))
-
-
-@pytest.fixture
-def ws_path(tmp_path: Path) -> Path:
-    root = tmp_path / "ws"
-    root.mkdir()
-    return root
-
-
-@pytest.fixture
-def system(sandbox: Sandbox, ws_path: Path) -> Iterator[System]:
-    with Workspace(ws_path) as ws, System(ws, sandbox=sandbox) as s:
-        yield s
-
-
-def sh(system: System, script: str) -> tuple[int, str, str]:
-    r = system.run(["/bin/sh", "-c", script], timeout=30)
-    return r.exit_code, r.stdout_text, r.stderr_text
 
 
 def test_true_runs_confined_and_reports_unobservable_denials(system: System) -> None:

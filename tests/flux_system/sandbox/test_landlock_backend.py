@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import socket
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,31 +12,13 @@ import pytest
 from flux_system import System, Workspace
 from flux_system.sandbox import Sandbox, SandboxSettings
 from flux_system.sandbox._layers import LANDLOCK_DENIALS
-from tests.flux_system.sandbox._support import SYSTEM_PYTHON, require_landlock
+from tests.flux_system.sandbox._support import SYSTEM_PYTHON, require_landlock, sh
 
 
 @pytest.fixture(scope="module")
 def sandbox() -> Sandbox:
     require_landlock()
     return Sandbox.resolve(SandboxSettings(mode="on", backend="landlock"))
-
-
-@pytest.fixture
-def ws_path(tmp_path: Path) -> Path:
-    root = tmp_path / "ws"
-    root.mkdir()
-    return root
-
-
-@pytest.fixture
-def system(sandbox: Sandbox, ws_path: Path) -> Iterator[System]:
-    with Workspace(ws_path) as ws, System(ws, sandbox=sandbox) as s:
-        yield s
-
-
-def sh(system: System, script: str) -> tuple[int, str, str]:
-    r = system.run(["/bin/sh", "-c", script], timeout=30)
-    return r.exit_code, r.stdout_text, r.stderr_text
 
 
 def test_report_says_what_landlock_alone_cannot_give(sandbox: Sandbox) -> None:
