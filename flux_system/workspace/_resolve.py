@@ -46,9 +46,10 @@ RESOLVERS = ("openat2", "walk")
 
 _MAX_SYMLINKS = 40  # Linux MAXSYMLINKS: the kernel's own budget per lookup
 _MAX_RACE_RETRIES = 16  # openat2 EAGAIN retries before reporting ConfinementReason.RACE
-# Components one walk may visit: those of the path and of every followed link text
-# (each at most PATH_MAX bytes, so at most PATH_MAX / 2 components).
-_MAX_STEPS = (_MAX_SYMLINKS + 1) * 4096 // 2
+# Steps one walk may take: one per component of the path and of every followed link
+# text (each under PATH_MAX bytes, so at most PATH_MAX components: ``a//b`` has an
+# empty one), and the final open of a path that ends in ``.``, ``..`` or ``/``.
+_MAX_STEPS = (_MAX_SYMLINKS + 1) * 4096 + 1
 
 RESOLVE_NO_XDEV = 0x01
 RESOLVE_NO_MAGICLINKS = 0x02
