@@ -11,6 +11,7 @@ changes an error's field name or detail in one evaluator fails here.
 from __future__ import annotations
 
 import dataclasses
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -42,6 +43,7 @@ def _variants(req: Request) -> list[Request]:
         dataclasses.replace(req, subject="role:dev"),
         dataclasses.replace(req, resource="."),
         dataclasses.replace(req, resource="a/../.."),
+        dataclasses.replace(req, resource="a/../role:dev"),  # a group only once normalised
         dataclasses.replace(req, resource="x" * 5000),
     ]
 
@@ -117,3 +119,79 @@ def test_wrong_argument_types_are_named() -> None:
     policy = load_policy_string(TWO_SUBJECTS, source="two")
     with pytest.raises(TypeError, match=r"^request must be a Request$"):
         IndexedEvaluator(policy).evaluate("not a request")  # type: ignore[arg-type]
+
+
+ONE_VALUE_IN = """
+version = 1
+[[grant]]
+id = "qa-only"
+subjects = ["**"]
+actions = ["fs.read"]
+resources = ["**"]
+when = [{ attr = "env", in = ["qa", "qa"] }]
+"""
+
+
+@pytest.mark.parametrize(("env", "effect"), [("qa", Effect.ALLOW), ("prod", Effect.DENY)])
+def test_an_in_list_of_one_value(env: str, effect: Effect) -> None:
+    """``["qa", "qa"]`` loads as the one-value tuple ``("qa",)``: its type is read from
+    the only element there is."""
+    policy = load_policy_string(ONE_VALUE_IN, source="one")
+    req = Request(subject="user:a", action="fs.read", resource="f", context={"env": env})
+    for evaluator in (ReferenceEvaluator, IndexedEvaluator):
+        decision = evaluator(policy).evaluate(req)
+        assert (decision.effect, decision.errors) == (effect, ()), evaluator
+
+
+def test_the_trace_is_only_given_when_asked_for() -> None:
+    policy = load_policy_string(TWO_SUBJECTS, source="two")
+    req = Request(subject="user:a", action="fs.read", resource="x/secret")
+    evaluator = IndexedEvaluator(policy)
+    assert evaluator.evaluate(req).trace == ()
+    assert "trace" not in evaluator.evaluate(req).to_json()
+    assert sorted(t.rule_id for t in evaluator.evaluate(req, explain=True).trace) == ["all", "two"]
+
+
+CHECKS = """
+version = 1
+trust_levels = ["low", "high"]
+
+[[grant]]
+id = "needs-high"
+subjects = ["**"]
+actions = ["fs.read"]
+resources = ["**"]
+min_trust = "high"
+
+[[grant]]
+id = "needs-scope"
+subjects = ["**"]
+actions = ["fs.read"]
+resources = ["**"]
+scopes = ["repo"]
+
+[[grant]]
+id = "not-yet"
+subjects = ["**"]
+actions = ["fs.read"]
+resources = ["**"]
+not_before = "2030-01-01T00:00:00Z"
+"""
+
+
+def test_a_failed_check_is_reported_as_not_applied() -> None:
+    """Each narrowing check that fails on its own (trust, scope, window) shows in the
+    trace as ``applied: false``, a JSON boolean, as in the reference."""
+    policy = load_policy_string(CHECKS, source="checks")
+    req = Request(
+        subject="user:a",
+        action="fs.read",
+        resource="f",
+        trust="low",
+        now=datetime(2027, 1, 1, tzinfo=UTC),
+    )
+    for evaluator in (ReferenceEvaluator, IndexedEvaluator):
+        decision = evaluator(policy).evaluate(req, explain=True)
+        steps = {t["rule"]: t["applied"] for t in decision.to_json()["trace"]}
+        assert steps == {"needs-high": False, "needs-scope": False, "not-yet": False}, evaluator
+        assert all(t.applied is False for t in decision.trace), evaluator
