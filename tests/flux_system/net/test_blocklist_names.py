@@ -22,6 +22,7 @@ from flux_system import EgressDeniedError, EgressReason
 from flux_system.net import (
     GuardedTarget,
     StaticResolver,
+    _blocklist,
     _classify,
     classify_address,
     guard_host,
@@ -181,3 +182,17 @@ def test_negative_control_every_label_and_bound_mutant_is_noticed(
             survivors.append(label)
     assert survivors == []
     assert len(mutants) == 6 * len(TABLE) + 2 and len(equivalents) < 20  # the control ran
+
+
+def test_the_table_is_its_rows_parsed_strictly() -> None:
+    """TABLE is built from the row literals when the module is imported; rebuilding it
+    here runs the same code again under test. A row whose address has host bits set
+    (a typo such as ``10.0.0.1/8``) is refused rather than widened to its network."""
+    rebuilt = _blocklist._rows(_blocklist._IPV4_ROWS) + _blocklist._rows(_blocklist._IPV6_ROWS)
+    assert sorted(rebuilt, key=str) == sorted(TABLE, key=str)
+    for entry, (net, name, ref) in zip(
+        rebuilt, _blocklist._IPV4_ROWS + _blocklist._IPV6_ROWS, strict=True
+    ):
+        assert (str(entry.network), entry.name, entry.reference) == (net, name, ref)
+    with pytest.raises(ValueError, match="has host bits set"):
+        _blocklist._rows((("10.0.0.1/8", "private-use", "RFC 1918"),))

@@ -62,6 +62,15 @@ def rootfd(root: Path) -> Iterator[int]:
     os.close(fd)
 
 
+@pytest.fixture(params=["openat2", "walk", "unconfined"])
+def opener(request: pytest.FixtureRequest) -> str:
+    """The two resolvers and the hatch (``unconfined``: flags and modes as asked too)."""
+    name: str = request.param
+    if name == "openat2":
+        require(have_openat2(), "openat2(2) (Linux >= 5.6)")
+    return name
+
+
 def _open(
     name: str,
     rootfd: int,
@@ -160,7 +169,7 @@ def _flags(fd: int) -> tuple[int, bool]:
 
 @pytest.mark.parametrize("follow", [True, False])
 def test_the_fd_has_the_flags_asked_for_and_cloexec(
-    resolver: str, root: Path, rootfd: int, follow: bool
+    opener: str, root: Path, rootfd: int, follow: bool
 ) -> None:
     _tree(root)
     cases = [
@@ -171,7 +180,7 @@ def test_the_fd_has_the_flags_asked_for_and_cloexec(
         (b"d/", os.O_PATH, os.O_PATH),
     ]
     for path, flags, expect in cases:
-        fd = _open(resolver, rootfd, path, flags, follow=follow)
+        fd = _open(opener, rootfd, path, flags, follow=follow)
         try:
             got, cloexec = _flags(fd)
             assert cloexec, path
@@ -184,16 +193,16 @@ def test_the_fd_has_the_flags_asked_for_and_cloexec(
 
 
 def test_o_path_without_follow_returns_the_link_itself(
-    resolver: str, root: Path, rootfd: int
+    opener: str, root: Path, rootfd: int
 ) -> None:
     _tree(root)
     for path in (b"rel", b"abs", b"a"):  # relative, absolute, looping: none is followed
-        fd = _open(resolver, rootfd, path, os.O_PATH, follow=False)
+        fd = _open(opener, rootfd, path, os.O_PATH, follow=False)
         try:
             assert stat.S_ISLNK(os.fstat(fd).st_mode), path
         finally:
             os.close(fd)
-    fd = _open(resolver, rootfd, b"rel", os.O_PATH, follow=True)  # control: followed
+    fd = _open(opener, rootfd, b"rel", os.O_PATH, follow=True)  # control: followed
     try:
         assert stat.S_ISREG(os.fstat(fd).st_mode)
     finally:
@@ -217,22 +226,22 @@ def _umasked(mode: int) -> int:
 
 
 @pytest.mark.parametrize("mode", [0o640, 0o600])
-def test_create_modes_reach_the_kernel(resolver: str, root: Path, rootfd: int, mode: int) -> None:
+def test_create_modes_reach_the_kernel(opener: str, root: Path, rootfd: int, mode: int) -> None:
     _tree(root)
-    fd = _open(resolver, rootfd, b"d/new", os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    fd = _open(opener, rootfd, b"d/new", os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     try:
         assert stat.S_IMODE(os.fstat(fd).st_mode) == _umasked(mode)
     finally:
         os.close(fd)
     for path in (b"d", b"d/."):  # an unnamed file in d, with the mode asked for
-        fd = _open(resolver, rootfd, path, os.O_TMPFILE | os.O_WRONLY, mode)
+        fd = _open(opener, rootfd, path, os.O_TMPFILE | os.O_WRONLY, mode)
         try:
             assert stat.S_IMODE(os.fstat(fd).st_mode) == _umasked(mode), path
         finally:
             os.close(fd)
     # A mode without O_CREAT/O_TMPFILE is ignored, as open(2) ignores it (openat2
     # itself refuses a non-zero mode there: the resolver must not pass it on).
-    fd = _open(resolver, rootfd, b"f", os.O_RDONLY, 0o644)
+    fd = _open(opener, rootfd, b"f", os.O_RDONLY, 0o644)
     os.close(fd)
 
 
@@ -244,6 +253,7 @@ def test_an_fd_numbered_zero_is_a_success(resolver: str, root: Path, rootfd: int
         fd = _open(resolver, rootfd, b"f")
         return fd, os.read(fd, 8)
 
+    os.close(_open(resolver, rootfd, b"f"))  # control, in this process
     assert in_child(child) == (0, b"F")
 
 
@@ -297,12 +307,17 @@ def _deny(syscall: str, code: int) -> None:
         lib.release(ctx)
 
 
-def _faulted(syscall: str, code: int, call: Callable[[], object]) -> object:
+def _faulted(syscall: str, code: int, call: Callable[[], object]) -> tuple[object, object]:
+    """*call*'s result here (the control: no filter) and in a child under the filter.
+
+    The control also runs the code under test in the test's own process, where
+    coverage-based test selection (mutation testing) sees it."""
+
     def child() -> object:
         _deny(syscall, code)
         return call()
 
-    return in_child(child)
+    return call(), in_child(child)
 
 
 @pytest.fixture
@@ -321,7 +336,7 @@ def test_openat2_gives_up_on_an_endless_race(
 ) -> None:
     _tree(root)
     got = _faulted("openat2", code, lambda: _outcome(lambda: _open("openat2", rootfd, b"f")))
-    assert got == _refused("RACE", "concurrent rename during lookup")
+    assert got == (("opened",), _refused("RACE", "concurrent rename during lookup"))
 
 
 @pytest.mark.parametrize("path", [b"f", b"missing"])
@@ -332,7 +347,8 @@ def test_openat2_exdev_the_walk_cannot_explain(
     changed back) or fails otherwise (``missing``)."""
     _tree(root)
     got = _faulted("openat2", errno.EXDEV, lambda: _outcome(lambda: _open("openat2", rootfd, path)))
-    assert got == _refused("ESCAPE", "path leaves the root")
+    control = ("opened",) if path == b"f" else _os_error(errno.ENOENT)
+    assert got == (control, _refused("ESCAPE", "path leaves the root"))
 
 
 def test_openat2_eloop_is_a_loop_unless_a_final_link_was_refused(
@@ -348,13 +364,17 @@ def test_openat2_eloop_is_a_loop_unless_a_final_link_was_refused(
         ]
 
     loop = _refused("SYMLINK_LOOP", "too many symlinks")
-    assert _faulted("openat2", errno.ELOOP, calls) == [loop, loop, _os_error(errno.ELOOP)]
+    control = [("opened",)] * 3
+    assert _faulted("openat2", errno.ELOOP, calls) == (
+        control,
+        [loop, loop, _os_error(errno.ELOOP)],
+    )
 
 
 def test_openat2_other_errnos_pass_through(openat2: None, root: Path, rootfd: int) -> None:
     _tree(root)
     got = _faulted("openat2", errno.EPERM, lambda: _outcome(lambda: _open("openat2", rootfd, b"f")))
-    assert got == _os_error(errno.EPERM)
+    assert got == (("opened",), _os_error(errno.EPERM))
 
 
 def test_the_probe_answers_what_the_kernel_does(openat2: None, root: Path) -> None:
@@ -376,6 +396,7 @@ def test_the_probe_answers_what_the_kernel_does(openat2: None, root: Path) -> No
             forced = (exc.reason, exc.op)
         return answer, _resolve.openat2_available(), picked, data, forced
 
+    assert _resolve.openat2_available() is True  # this process's probe (and the harness's)
     assert in_child(lambda: probe(False)) == (True, True, "openat2", b"F", "opened")
     unsupported = (WorkspaceReason.UNSUPPORTED, "Workspace")
     assert in_child(lambda: probe(True)) == (False, False, "walk", b"F", unsupported)
@@ -388,6 +409,7 @@ def test_the_probe_holds_no_fd(openat2: None) -> None:
         _resolve.openat2_available()
         return before, sorted(os.listdir("/proc/self/fd"))
 
+    assert _resolve.openat2_available() is True
     result = in_child(child)
     assert isinstance(result, tuple)
     before, after = result
@@ -401,4 +423,4 @@ def test_fstatfs_failing_counts_as_procfs(seccomp: None, root: Path, rootfd: int
     control = _outcome(lambda: _open("walk", rootfd, b"abs"))
     assert control == _refused("ABSOLUTE_SYMLINK", "absolute symlink target")
     got = _faulted("fstatfs", errno.EPERM, lambda: _outcome(lambda: _open("walk", rootfd, b"abs")))
-    assert got == _refused("MAGIC_LINK", "magic link")
+    assert got == (control, _refused("MAGIC_LINK", "magic link"))
