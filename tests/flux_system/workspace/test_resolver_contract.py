@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import platform
 import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -424,3 +425,45 @@ def test_fstatfs_failing_counts_as_procfs(seccomp: None, root: Path, rootfd: int
     assert control == _refused("ABSOLUTE_SYMLINK", "absolute symlink target")
     got = _faulted("fstatfs", errno.EPERM, lambda: _outcome(lambda: _open("walk", rootfd, b"abs")))
     assert got == (control, _refused("MAGIC_LINK", "magic link"))
+
+
+@pytest.mark.parametrize(("system", "machine"), [("Linux", "mips64"), ("Darwin", "x86_64")])
+def test_the_probe_trusts_syscall_437_only_where_it_is_openat2(
+    openat2: None, monkeypatch: pytest.MonkeyPatch, root: Path, system: str, machine: str
+) -> None:
+    """437 is openat2 in the unified syscall table only; elsewhere (mips, alpha, ia64,
+    or not Linux) the probe must not call it and answers no."""
+    monkeypatch.setattr(_resolve, "_openat2_state", [])
+    assert _resolve.openat2_available() is True  # control: this host
+    monkeypatch.setattr(_resolve, "_openat2_state", [])
+    monkeypatch.setattr(platform, "system", lambda: system)
+    monkeypatch.setattr(platform, "machine", lambda: machine)
+    assert _resolve.openat2_available() is False
+    with Workspace(root) as ws:
+        assert ws.resolver == "walk"
+
+
+def test_the_probe_needs_no_read_permission_on_the_root(openat2: None, tmp_path: Path) -> None:
+    """The probe opens ``/`` and ``.`` as O_PATH handles, which need no read permission:
+    under a root directory only searchable (mode 0711, an unprivileged user), openat2
+    is still found."""
+    require(os.geteuid() == 0, "root (chroot(2) and setuid in a forked child)")
+    top = tmp_path / "top"
+    top.mkdir()
+    top.chmod(0o711)
+
+    def child() -> object:
+        _resolve._openat2_state.clear()
+        os.chroot(top)
+        os.chdir("/")
+        os.setgroups([])
+        os.setresgid(65534, 65534, 65534)
+        os.setresuid(65534, 65534, 65534)
+        try:
+            os.listdir("/")
+            readable = True
+        except PermissionError:
+            readable = False
+        return readable, _resolve.openat2_available()
+
+    assert in_child(child) == (False, True)  # the root is not readable; openat2 found
