@@ -69,6 +69,19 @@ def side_by_side(
     return {"candidate_s": c, "baseline_s": b, "ratio": c / b}
 
 
+def per_call(
+    candidate: Callable[[], object], baseline: Callable[[], object], n: int
+) -> dict[str, float]:
+    """Alternate single calls (baseline, candidate, ...); medians of each call's time."""
+    cand: list[float] = []
+    base: list[float] = []
+    for _ in range(n):
+        base.append(time_per_call(baseline, number=1))
+        cand.append(time_per_call(candidate, number=1))
+    c, b = statistics.median(cand), statistics.median(base)
+    return {"candidate_s": c, "baseline_s": b, "ratio": c / b}
+
+
 def machine() -> dict[str, str]:
     return {
         "python": platform.python_version(),

@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._common import compile_packages, interpreter_of, record, side_by_side
+from bench._common import compile_packages, interpreter_of, per_call, record, side_by_side
 from flux_system import System, Workspace
 from flux_system.sandbox import Sandbox, SandboxSettings
 from flux_system.sandbox._bwrap import memfd_with
@@ -134,6 +134,13 @@ def main() -> None:
                     f"{got['baseline_s'] * 1e3:.2f} ms, ratio {got['ratio']:.2f}x{target}"
                 )
                 figures[f"{name}_vs_bare_bwrap"] = got
+                if name == "default":
+                    one = per_call(lambda: systems["default"].run(["/bin/true"]), bare, 150)
+                    print(
+                        f"  default, alternating single calls: {one['candidate_s'] * 1e3:.2f} vs "
+                        f"{one['baseline_s'] * 1e3:.2f} ms, ratio {one['ratio']:.2f}x"
+                    )
+                    figures["default_vs_bare_bwrap_per_call"] = one
             bare_wait = _bare_bwrap(systems["default"], wait_init=True)
             got = side_by_side(
                 lambda: systems["default"].run(["/bin/true"]), bare_wait, number=5, rounds=15
