@@ -16,7 +16,6 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
-import platform
 import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -432,12 +431,14 @@ def test_the_probe_trusts_syscall_437_only_where_it_is_openat2(
     openat2: None, monkeypatch: pytest.MonkeyPatch, root: Path, system: str, machine: str
 ) -> None:
     """437 is openat2 in the unified syscall table only; elsewhere (mips, alpha, ia64,
-    or not Linux) the probe must not call it and answers no."""
+    or not Linux) the probe must not call it and answers no. The kernel's answer to
+    uname(2) is the one input replaced here."""
     monkeypatch.setattr(_resolve, "_openat2_state", [])
     assert _resolve.openat2_available() is True  # control: this host
     monkeypatch.setattr(_resolve, "_openat2_state", [])
-    monkeypatch.setattr(platform, "system", lambda: system)
-    monkeypatch.setattr(platform, "machine", lambda: machine)
+    real = os.uname()
+    fake = os.uname_result((system, real.nodename, real.release, real.version, machine))
+    monkeypatch.setattr(os, "uname", lambda: fake)
     assert _resolve.openat2_available() is False
     with Workspace(root) as ws:
         assert ws.resolver == "walk"
