@@ -97,8 +97,10 @@ def test_a_plus_is_a_space_when_a_secret_holds_one() -> None:
     phrase = b"my s3cret phrase"
     m = _matcher(phrase)
     one = b"my+s3cret+phrase"
-    text = one + b" " + b"z" * 500 + b" " + one  # far apart: each needs its own window
-    assert [(s, e) for s, e, _ in m.find(text)] == [(0, 16), (len(text) - 16, len(text))]
+    gap = b" " + b"z" * 500 + b" "
+    text = one + gap + one + gap + one  # far apart: each needs its own window
+    starts = [0, len(one + gap), 2 * len(one + gap)]
+    assert [(s, e) for s, e, _ in m.find(text)] == [(a, a + 16) for a in starts]
     dense = PAD + one + PAD
     assert [(s, e) for s, e, _ in m.find(dense)] == [(len(PAD), len(PAD) + 16)]
 
