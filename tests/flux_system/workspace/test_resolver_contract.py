@@ -467,4 +467,5 @@ def test_the_probe_needs_no_read_permission_on_the_root(openat2: None, tmp_path:
             readable = False
         return readable, _resolve.openat2_available()
 
+    assert _resolve.openat2_available() is True  # control, in this process
     assert in_child(child) == (False, True)  # the root is not readable; openat2 found
