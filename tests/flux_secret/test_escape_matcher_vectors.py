@@ -127,6 +127,7 @@ def test_the_last_code_point_and_surrogates_decode() -> None:
     ("secret", "written"),
     [
         (b"50%off-secret", b"5%30%off-secret"),  # a literal "%" the filter would misread
+        (b"abcdefg%4zzz-1", b"%61bcdefg%4zzz-1"),  # ... deep in the secret, past the bleed
         (b"&amp;-secret1", b"&#38;amp;-secret1"),  # a literal "&amp;" in the secret
         (b"back\\slash-secret", b"b%61ck\\slash-secret"),  # a backslash, for the codec
     ],
@@ -149,3 +150,47 @@ def test_no_patterns_hold_nothing_back() -> None:
 def test_patterns_and_owners_must_pair_up() -> None:
     with pytest.raises(ValueError, match="zip"):
         EscapeMatcher([SECRET, b"other-secret"], [NAMES])
+
+
+@pytest.mark.parametrize("dense", [False, True], ids=["sparse", "dense"])
+@pytest.mark.parametrize(
+    ("pattern", "text", "where"),
+    [
+        # A numeric entity past U+10FFFF is text: an occurrence may start inside it.
+        (b"112;-secret-x", b"&#1114112;%2Dsecret-x", (6, 21)),
+        # An occurrence starting or ending inside a multi-byte character's escape covers
+        # the whole escape.
+        (b"\xa9-secret-xx", b"&#xE9;-secret-xx", (0, 16)),
+        (b"secret-xx-\xc3", b"secret-xx-&#xE9;", (0, 16)),
+        # A raw occurrence beside an escape, inside its window, is reported exactly too.
+        (SECRET, SECRET + b" %41", (0, 12)),
+        # Two escapes of one run, the second far from the first: its occurrence reaches
+        # past the first escape's reach and still lies in the run's window.
+        (SECRET, b"%41" + b"q" * 197 + b"%73" + SECRET[1:], (200, 214)),
+    ],
+    ids=["inside-text-entity", "starts-mid-char", "ends-mid-char", "raw-beside", "run-end"],
+)
+def test_interval_ends_at_the_edges_of_escapes(
+    pattern: bytes, text: bytes, where: tuple[int, int], dense: bool
+) -> None:
+    assert _find(_matcher(pattern), text, dense=dense) == [where]
+
+
+def test_the_longest_escaped_form_is_masked_at_every_stream_cut() -> None:
+    """Every byte as a ten-byte entity (``&#0000115;``): the occurrence's text is the
+    matcher's whole span, the most a stream must hold back for it."""
+    from flux_secret import Redactor
+
+    red = Redactor()
+    red.register(SECRET.decode(), "s")
+    form = b"".join(b"&#%07d;" % c for c in SECRET)
+    assert len(form) == 10 * len(SECRET)
+    text = b"before " + form + b" after"
+    whole = red.redact_bytes(text)
+    assert whole == b"before [redacted] after"
+    for cut in range(len(text) + 1):
+        stream = red.stream(bytes)
+        out = stream.feed(text[:cut]) + stream.feed(text[cut:])
+        tail = stream.flush()
+        assert isinstance(tail, bytes)
+        assert out + tail == whole, cut
