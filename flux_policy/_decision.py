@@ -103,28 +103,37 @@ class Request:
     now: dt.datetime | None = None
 
     def __post_init__(self) -> None:
-        for name in ("subject", "action", "resource"):
-            if not isinstance(getattr(self, name), str):
-                raise TypeError(f"{name} must be a str")
+        if not (
+            type(self.subject) is str and type(self.action) is str and type(self.resource) is str
+        ):  # the usual case in one test; a str subclass takes the checks below
+            for name in ("subject", "action", "resource"):
+                if not isinstance(getattr(self, name), str):
+                    raise TypeError(f"{name} must be a str")
         if self.trust is not None and not isinstance(self.trust, str):
             raise TypeError("trust must be a str or None")
         scopes: object = self.scopes
-        if isinstance(scopes, str) or not isinstance(scopes, Iterable):
-            raise TypeError("scopes must be an iterable of str, not str")
-        frozen = frozenset(scopes)
-        if not all(isinstance(s, str) for s in frozen):
-            raise TypeError("scopes must be an iterable of str")
-        object.__setattr__(self, "scopes", frozen)
-        if not isinstance(self.context, Mapping) or not all(
-            isinstance(k, str) for k in self.context
-        ):
-            raise TypeError("context must be a mapping with str keys")
-        object.__setattr__(self, "context", types.MappingProxyType(dict(self.context)))
+        if not (type(scopes) is frozenset and not scopes):  # the default: nothing to check
+            if isinstance(scopes, str) or not isinstance(scopes, Iterable):
+                raise TypeError("scopes must be an iterable of str, not str")
+            frozen = frozenset(scopes)
+            if not all(isinstance(s, str) for s in frozen):
+                raise TypeError("scopes must be an iterable of str")
+            object.__setattr__(self, "scopes", frozen)
+        context: object = self.context
+        if type(context) is dict and not context:
+            object.__setattr__(self, "context", _NO_CONTEXT)  # read-only, shared
+        else:
+            if not isinstance(context, Mapping) or not all(isinstance(k, str) for k in context):
+                raise TypeError("context must be a mapping with str keys")
+            object.__setattr__(self, "context", types.MappingProxyType(dict(context)))
         if self.now is not None:
             if not isinstance(self.now, dt.datetime):
                 raise TypeError("now must be a datetime or None")
             if self.now.tzinfo is None or self.now.utcoffset() is None:
                 raise ValueError("now must be timezone-aware")
+
+
+_NO_CONTEXT: Mapping[str, object] = types.MappingProxyType({})
 
 
 @typing.final
@@ -173,10 +182,14 @@ def make_decision(
 ) -> Decision:
     """Assemble a decision: sorts rules and errors, words the reasons."""
     rules = tuple(sorted(set(determining)))
-    errs = tuple(sorted(set(errors), key=_error_key))
-    erring = {e.rule_id for e in errs}
+    errs: tuple[RuleError, ...] = ()
+    erring: set[str | None] = set()
     reasons: list[str] = []
-    request_errors = [e for e in errs if e.rule_id is None]
+    request_errors: list[RuleError] = []
+    if errors:  # (an empty list or tuple: nothing to sort, word or mark)
+        errs = tuple(sorted(set(errors), key=_error_key))
+        erring = {e.rule_id for e in errs}
+        request_errors = [e for e in errs if e.rule_id is None]
     for e in request_errors:
         reasons.append(f"request refused: {e.field} {e.detail}")
     if effect is Effect.DENY and not rules and not request_errors:

@@ -197,7 +197,7 @@ def _main(args: argparse.Namespace) -> int:
     executor = Executor(
         substrate,
         default_catalog(),
-        evaluator=IndexedEvaluator(policy),
+        evaluator=IndexedEvaluator(policy, cache=4096),
         policy_digest=policy.digest,
         redactor=redactor,
         evidence=log,
