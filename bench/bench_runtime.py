@@ -1,8 +1,9 @@
 """The envelope's cost: ``Executor.dispatch`` of ``read`` against ``Workspace.read_bytes``.
 
-Run: ``python bench/bench_runtime.py`` (well under a minute on 2 cores).
+Run: ``python bench/bench_runtime.py`` (about a minute on 2 cores).
 
-What is measured, side by side in one run (interleaved rounds, medians): dispatching
+What is measured, side by side in one run (the cases take turns in blocks of about
+1 ms each, medians of the blocks; see :func:`interleaved`): dispatching
 ``read`` of a 4 KiB file through the whole envelope (catalog lookup, schema
 validation, a policy decision, the handler over the FilesPort, redaction of both
 result faces with 100 registered secrets, one evidence record with
@@ -24,12 +25,13 @@ import os
 import statistics
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._common import record, time_per_call
+from bench._common import record
 from flux_evidence import EvidenceLog
 from flux_policy import IndexedEvaluator, Request
 from flux_runtime import Call, Context, Executor, default_catalog, default_policy
@@ -37,16 +39,33 @@ from flux_secret import Redactor
 from flux_system import Workspace
 from flux_system.port import Substrate
 
-NUMBER = 2000
-ROUNDS = 7
+BLOCK_S = 0.001  # wall time of one timed block, whatever the case
+ROUNDS = 1500  # blocks of every case, interleaved
 
 
 def interleaved(cases: dict[str, Callable[[], object]]) -> dict[str, float]:
-    """Seconds per call of each case: every case in every round, medians."""
+    """Seconds per call of each case: the cases take turns block by block, each block
+    as many calls as fill about BLOCK_S (calibrated first), and the median block of
+    each case. Blocks of equal wall time are equally likely to catch a preemption on
+    a shared machine (the median drops those), and within a block a case runs warm,
+    as in a loop of its own — neither case is favoured."""
+    clock = time.perf_counter
+    counts: dict[str, int] = {}
+    for name, func in cases.items():
+        for _ in range(20):
+            func()  # warm
+        start = clock()
+        for _ in range(50):
+            func()
+        counts[name] = max(1, round(BLOCK_S / ((clock() - start) / 50)))
     per: dict[str, list[float]] = {k: [] for k in cases}
     for _ in range(ROUNDS):
         for name, func in cases.items():
-            per[name].append(time_per_call(func, number=NUMBER))
+            count = counts[name]
+            start = clock()
+            for _ in range(count):
+                func()
+            per[name].append((clock() - start) / count)
     return {k: statistics.median(v) for k, v in per.items()}
 
 
@@ -98,22 +117,19 @@ def main() -> None:
                 Request("agent", "read", "workspace/f.txt", now=dt.datetime.now(dt.UTC))
             )
 
-        stages = {
-            "validation_us": time_per_call(lambda: op.validate(call.input), number=NUMBER),
-            "policy_kept_us": time_per_call(decide(evaluator), number=NUMBER),
-            "policy_uncached_us": time_per_call(decide(uncached), number=NUMBER),
-            "redaction_us": time_per_call(
-                lambda: (
+        stages = interleaved(
+            {
+                "validation_us": lambda: op.validate(call.input),
+                "policy_kept_us": decide(evaluator),
+                "policy_uncached_us": decide(uncached),
+                "redaction_us": lambda: (
                     redactor.redact_obj({"path": "f.txt", "text": text}),
                     redactor.redact(text),
                 ),
-                number=NUMBER,
-            ),
-            "evidence_us": time_per_call(
-                lambda: log.append("operation", record_data, session="bench"), number=NUMBER
-            ),
-            "read_us": time_per_call(lambda: ws.read_text("f.txt"), number=NUMBER),
-        }
+                "evidence_us": lambda: log.append("operation", record_data, session="bench"),
+                "read_us": lambda: ws.read_text("f.txt"),
+            }
+        )
         stages = {k: v * 1e6 for k, v in stages.items()}
         log.close()
         ws.close()

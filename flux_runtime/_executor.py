@@ -266,7 +266,9 @@ class Executor:
 
     def _redact_str(self, text: str, memo: dict[str, str]) -> str:
         # Every pattern a Redactor matches is at least 6 bytes long (flux_secret.variants).
-        if len(text) < _SHORTEST and len(text.encode("utf-8", "surrogatepass")) < _SHORTEST:
+        if len(text) < _SHORTEST and (
+            text.isascii() or len(text.encode("utf-8", "surrogatepass")) < _SHORTEST
+        ):
             return text
         done = memo.get(text)
         if done is None:
@@ -279,9 +281,8 @@ class Executor:
         if isinstance(value, str):
             return self._redact_str(value, memo)
         if isinstance(value, dict):
-            return {
-                self._redact_tree(k, memo): self._redact_tree(v, memo) for k, v in value.items()
-            }
+            walk = self._redact_tree
+            return {walk(k, memo): walk(v, memo) for k, v in value.items()}
         if isinstance(value, list | tuple):
             return [self._redact_tree(v, memo) for v in value]
         if value is None or isinstance(value, bool | int | float):
