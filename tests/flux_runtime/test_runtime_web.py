@@ -147,6 +147,19 @@ def test_a_redirect_to_a_refused_address_fails_the_fetch(tmp_path: Path) -> None
         assert out.content["url"].startswith("http://127.0.0.2")
 
 
+def test_a_redirect_to_the_metadata_address_is_refused_even_with_loopback_granted(
+    tmp_path: Path,
+) -> None:
+    with server() as front:
+        port = front.server_address[1]
+        front.redirect_to = f"http://169.254.169.254:{port}/latest/meta-data/"
+        url = f"http://127.0.0.1:{port}/redirect"
+        out, _ = _fetch(tmp_path, url, [port], ["127.0.0.0/8"])
+        assert front.hits == ["/redirect"]  # the first hop was made
+        assert not out.ok and out.reason is EnvelopeReason.OPERATION_FAILED
+        assert "Egress" in (out.error or "") and "169.254.169.254" in (out.error or "")
+
+
 def test_a_huge_page_is_cut_and_flagged(tmp_path: Path) -> None:
     assert len(HUGE.encode()) > MAX_PARSE
     with server() as srv:
