@@ -17,9 +17,10 @@ decides on ``net/<host>``. What comes back is handled by its ``Content-Type``:
 Bounds: the body is fetched up to the serving side's cap (``RequestLimits.max_body``,
 10 MiB by default); at most :data:`MAX_PARSE` bytes of it are decoded and converted,
 and at most :data:`MAX_MARKDOWN` characters (or the input's smaller ``max_chars``) are
-returned. Each cut is flagged in the result (``truncated`` and where). Elements nested
-deeper than :data:`MAX_DEPTH` are flattened into their ancestor (text kept) so the
-converter's recursion stays bounded.
+returned, with at most :data:`MAX_TITLE` characters of the page's title. Each cut is
+flagged in the result (``truncated`` and where). Elements nested deeper than
+:data:`MAX_DEPTH` are flattened into their ancestor (text kept) so the converter's
+recursion stays bounded.
 
 Not guaranteed: that the page says what a browser would show (no JavaScript runs, no
 CSS is applied beyond the ``hidden`` markers); redaction of secrets in the page is the
@@ -44,11 +45,19 @@ from flux_runtime._errors import EnvelopeError, EnvelopeReason
 if typing.TYPE_CHECKING:
     from flux_system.port import Substrate
 
-__all__ = ["MAX_DEPTH", "MAX_MARKDOWN", "MAX_PARSE", "html_to_markdown", "web_operations"]
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_MARKDOWN",
+    "MAX_PARSE",
+    "MAX_TITLE",
+    "html_to_markdown",
+    "web_operations",
+]
 
 MAX_PARSE = 1024 * 1024  # bytes of body decoded and converted
 MAX_MARKDOWN = 64 * 1024  # characters of Markdown (or text) returned
 MAX_DEPTH = 128  # element nesting kept; deeper elements are flattened
+MAX_TITLE = 300  # characters of the page's <title> kept
 _ACCEPT = "text/html, application/xhtml+xml, text/plain;q=0.9, text/*;q=0.8, */*;q=0.1"
 _HTML = frozenset({"text/html", "application/xhtml+xml"})
 _TEXT = frozenset(
@@ -81,6 +90,7 @@ _NOISE = (
     "link",
     "meta",
     "head",
+    "title",
 )
 _HIDDEN_STYLE = re.compile(r"display\s*:\s*none|visibility\s*:\s*hidden", re.IGNORECASE)
 _META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?([A-Za-z0-9_.:-]{1,40})""", re.I)
@@ -170,6 +180,7 @@ def html_to_markdown(html: str) -> tuple[str, str]:
     soup = BeautifulSoup(html, "html.parser")
     title_tag = soup.find("title")
     title = " ".join(title_tag.get_text(" ").split()) if isinstance(title_tag, Tag) else ""
+    title = title[:MAX_TITLE]
     for comment in soup.find_all(string=lambda s: isinstance(s, Comment)):
         comment.extract()
     for tag in soup.find_all(_NOISE):

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from flux_runtime import Call, Context, EnvelopeReason, Outcome, default_catalog, default_policy
-from flux_runtime._web import MAX_MARKDOWN, MAX_PARSE, html_to_markdown
+from flux_runtime._web import MAX_MARKDOWN, MAX_PARSE, MAX_TITLE, html_to_markdown
 from flux_system import Workspace
 from flux_system.net import PrivateNetAllow, guarded_client
 from flux_system.port import GuardedHttp, Substrate
@@ -212,6 +212,11 @@ def test_catalog_and_default_policy_treat_web_fetch_as_network_needing_approval(
 
     d = IndexedEvaluator(default_policy()).evaluate(Request("a", "web.fetch", "net/example.com"))
     assert d.effect is Effect.APPROVAL_REQUIRED
+
+
+def test_the_title_is_bounded() -> None:
+    title, text = html_to_markdown(f"<title>{'t' * 100_000}</title><p>body</p>")
+    assert title == "t" * MAX_TITLE and text == "body"
 
 
 def test_deep_nesting_is_flattened_not_a_crash() -> None:
