@@ -89,7 +89,7 @@ def test_landlock_run_rename_attack_is_undone(workspace: Workspace, root: Path) 
     assert "renamed" in result.stdout_text.split()  # positive control: no mount stops it
     assert result.denials is not None
     found = {(d.what, d.detail) for d in result.denials.records if d.layer == "protected_paths"}
-    assert (str(root / ".git"), "replaced, restored") in found
+    assert (str(root / ".git"), "replaced, the original found at .git-old, restored") in found
     assert (str(root / ".envrc"), "created, restored") in found
     assert (root / ".git").stat().st_ino == inode  # the original, renamed back
     assert (root / ".git" / "hooks" / "pre-commit").read_bytes() == HOOK
@@ -169,7 +169,7 @@ def test_audit_as_an_unprivileged_user() -> None:
     assert bwrap["stdout"] == ["rename-refused", "x"]  # positive control: .envrc written
     assert bwrap["records"] == [[".envrc", "created, restored"]]
     assert landlock["stdout"] == ["renamed", "x"]  # no mount: the rename happened
-    assert [".git", "replaced, restored"] in landlock["records"]
+    assert [".git", "replaced, the original found at .git-old, restored"] in landlock["records"]
     assert [".envrc", "created, restored"] in landlock["records"]
     for got_one in (bwrap, landlock):
         assert got_one["left"] == [".git"]

@@ -30,6 +30,8 @@ PROTECTED_OP_PATHS = {
     "vscode-rename-parent": ".vscode",
 }
 FUNCTIONAL_OPS = ("objects-writable", "index-writable")
+# What those steps may leave in the workspace (git's own data stays writable).
+FUNCTIONAL_PATHS = (".git/objects/fx", ".git/index")
 # The names the attack aims at, each with everything beneath it (DESIGN 2.5's list).
 PROTECTED_PREFIXES = (
     ".git/hooks",
@@ -186,15 +188,24 @@ def protected_changes(site: Any) -> dict[str, str]:
     """Changes under the protected names of the protected-paths workspace.
 
     Content, type, mode and owner count; the modification time does not (a restore
-    writes a fresh copy). Names outside the protected set (``.vscode-old`` left by a
-    rename the audit undid) are not the audit's to remove.
+    writes a fresh copy). A name created anywhere else in that workspace counts too
+    (``.vscode-old``, ``.git-old``: a protected directory renamed away must come back,
+    not be left beside its replacement), except what git's own writable data gained.
     """
     from ._host import diff
 
     def strip(snap: dict[str, Any]) -> dict[str, Any]:
         return {k: (*v[:5], 0, v[6]) for k, v in snap.items() if _protected_name(k)}
 
-    return diff(strip(site.before["wsp"]), strip(site.results["_after"]["wsp"]))
+    before, after = site.before["wsp"], site.results["_after"]["wsp"]
+    changed = diff(strip(before), strip(after))
+    changed.update(
+        (rel, "created (left behind)")
+        for rel in after.keys() - before.keys()
+        if not _protected_name(rel)
+        and not any(rel == p or rel.startswith(p + "/") for p in FUNCTIONAL_PATHS)
+    )
+    return changed
 
 
 def host_checks(case: dict[str, Any], site: Any, run: dict[str, Any]) -> list[str]:
