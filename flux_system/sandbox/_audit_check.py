@@ -24,7 +24,7 @@ from flux_system.sandbox._audit_restore import (
 from flux_system.sandbox._audit_tree import Node, kind_of, lstat_or_none, open_dir, read_file
 from flux_system.workspace import FileKind
 
-__all__ = ["Out", "check_level"]
+__all__ = ["Out", "check_created", "check_level"]
 
 _MAX_SIBLINGS: Final = 4096  # entries searched for a renamed-away protected parent
 _WRITABLE: Final = 0o700  # owner bits a directory needs while its entries are restored
@@ -79,6 +79,32 @@ def check_level(dirfd: int, level: dict[str, Entry], prefix: str, out: Out) -> N
         except OSError:  # e.g. a directory made untraversable: reported, never raised
             before = entry.before.kind if entry.before is not None else None
             out.add(path, AuditChange.UNREADABLE, before, None, False)
+
+
+def check_created(root_fd: int, paths: list[str], out: Out) -> None:
+    """Names that were no protected path before the run (found after it, such as the
+    hooks of a git directory the run made): any that exists was created by the run."""
+    for path in paths:
+        parts = path.split("/")
+        fd = root_fd
+        opened: list[int] = []
+        try:
+            for part in parts[:-1]:
+                st = lstat_or_none(fd, part)
+                if st is None or not stat.S_ISDIR(st.st_mode):
+                    break
+                fd = open_dir(fd, part, st)
+                opened.append(fd)
+            else:
+                cur = lstat_or_none(fd, parts[-1])
+                if cur is not None:
+                    restored = out.restore and _attempt(remove_name, fd, parts[-1])
+                    out.add(path, AuditChange.CREATED, None, cur, restored)
+        except OSError:
+            out.add(path, AuditChange.UNREADABLE, None, None, False)
+        finally:
+            for opened_fd in opened:
+                os.close(opened_fd)
 
 
 def _bring_back(dirfd: int, level: dict[str, Entry], prefix: str, out: Out) -> dict[str, str]:

@@ -28,10 +28,24 @@ PROTECTED_OP_PATHS = {
     "idea-create": ".idea",
     "git-rename-parent": ".git",
     "vscode-rename-parent": ".vscode",
+    "commondir-create": ".git/commondir",
+    "config-worktree-create": ".git/config.worktree",
+    "submodule-hook-overwrite": ".git/modules/libs/foo/hooks/pre-commit",
+    "submodule-hook-create": ".git/modules/libs/foo/hooks/post-checkout",
+    "submodule-config-append": ".git/modules/libs/foo/config",
+    "worktree-commondir-overwrite": ".git/worktrees/wt1/commondir",
+    "worktree-config-create": ".git/worktrees/wt1/config.worktree",
+    "new-submodule-hook": ".git/modules/evil/hooks",
+    "cshrc-create": ".cshrc",
+    "tcshrc-create": ".tcshrc",
+    "kshrc-create": ".kshrc",
+    "inputrc-create": ".inputrc",
 }
 FUNCTIONAL_OPS = ("objects-writable", "index-writable")
 # What those steps may leave in the workspace (git's own data stays writable).
-FUNCTIONAL_PATHS = (".git/objects/fx", ".git/index")
+# And what the audit leaves of a git directory the attack made (new-submodule-hook): the
+# directory itself, its protected names (hooks, config, ...) removed.
+FUNCTIONAL_PATHS = (".git/objects/fx", ".git/index", ".git/modules/evil")
 # The names the attack aims at, each with everything beneath it (DESIGN 2.5's list).
 PROTECTED_PREFIXES = (
     ".git/hooks",
@@ -44,6 +58,17 @@ PROTECTED_PREFIXES = (
     ".envrc",
     ".mcp.json",
     ".claude",
+    ".git/commondir",
+    ".git/config.worktree",
+    ".git/modules/libs/foo/hooks",
+    ".git/modules/libs/foo/config",
+    ".git/modules/evil/hooks",
+    ".git/worktrees/wt1/commondir",
+    ".git/worktrees/wt1/config.worktree",
+    ".cshrc",
+    ".tcshrc",
+    ".kshrc",
+    ".inputrc",
 )
 _EMPTY_CAPS = "0000000000000000"
 
@@ -143,8 +168,17 @@ def control_shows(case: dict[str, Any], user: str, out: CaseOutput | None, site:
             [] if site.results["_after"]["survivors"] else ["the control's daemon did not survive"]
         )
     if want == "protected":
+        # Each attack step lands unsandboxed (a protected path is reachable and
+        # writable by this user), and the workspace shows it.
+        bad = [
+            f"control step {op!r} did not work: {out.ops.get(op)}"
+            for op in PROTECTED_OP_PATHS
+            if op not in out.worked()
+        ]
         changed = host_diff(site, "wsp")
-        return [] if len(changed) >= 10 else [f"the control changed too little: {changed}"]
+        if len(changed) < 10:
+            bad.append(f"the control changed too little: {changed}")
+        return bad
     raise AssertionError(f"unknown control {want!r}")
 
 

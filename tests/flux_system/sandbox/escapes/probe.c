@@ -1055,6 +1055,18 @@ static int op_mkdir_create(void *a, char *d, size_t n) {
     return op_create_rel(a, d, n);
 }
 
+/* "a/b/c/file": mkdir -p a/b/c, then create file. */
+static int op_mkdirs_create(void *a, char *d, size_t n) {
+    char dir[256];
+    snprintf(dir, sizeof dir, "%s", (const char *)a);
+    for (char *p = strchr(dir + 1, '/'); p; p = strchr(p + 1, '/')) {
+        *p = 0;
+        if (mkdir(dir, 0755) && errno != EEXIST) { int e = errno; snprintf(d, n, "mkdir %s", dir); return e; }
+        *p = '/';
+    }
+    return op_create_rel(a, d, n);
+}
+
 /* "from|sub": rename from -> from-old, then recreate from/sub/... and plant a file. */
 static int op_rename_parent(void *a, char *d, size_t n) {
     const char *from = a;
@@ -1086,6 +1098,20 @@ static void case_protected(void) {
     run_op("mcp-create", op_create_rel, ".mcp.json");
     run_op("claude-create", op_mkdir_create, ".claude/settings.json");
     run_op("idea-create", op_mkdir_create, ".idea/workspace.xml");
+    /* Git directories that redirect or run code: .git/commondir and config.worktree,
+     * a submodule's git dir (name with a slash), a linked worktree's, a new one. */
+    run_op("commondir-create", op_create_rel, ".git/commondir");
+    run_op("config-worktree-create", op_create_rel, ".git/config.worktree");
+    run_op("submodule-hook-overwrite", op_overwrite, ".git/modules/libs/foo/hooks/pre-commit");
+    run_op("submodule-hook-create", op_create_rel, ".git/modules/libs/foo/hooks/post-checkout");
+    run_op("submodule-config-append", op_append_rel, ".git/modules/libs/foo/config");
+    run_op("worktree-commondir-overwrite", op_overwrite, ".git/worktrees/wt1/commondir");
+    run_op("worktree-config-create", op_create_rel, ".git/worktrees/wt1/config.worktree");
+    run_op("new-submodule-hook", op_mkdirs_create, ".git/modules/evil/hooks/post-checkout");
+    run_op("cshrc-create", op_create_rel, ".cshrc");
+    run_op("tcshrc-create", op_create_rel, ".tcshrc");
+    run_op("kshrc-create", op_create_rel, ".kshrc");
+    run_op("inputrc-create", op_create_rel, ".inputrc");
     /* Not an attack: git must still work inside (objects, refs and index writable). */
     run_op("objects-writable", op_mkdir_create, ".git/objects/fx/probe");
     run_op("index-writable", op_create_rel, ".git/index");
