@@ -39,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/ptrace.h>
@@ -403,6 +404,40 @@ static void case_signal(void) {
     run_op("kill", op_kill, (void *)(intptr_t)arg_int(0));
     run_op("killpg", op_kill, (void *)(intptr_t)-arg_int(1));
     run_op("pidfd", op_pidfd_kill, (void *)(intptr_t)arg_int(2));
+}
+
+/* limits=PID: change a host process of the same uid without a signal or ptrace: its
+ * resource limits (RLIMIT_CPU alone can kill it), nice value, CPU affinity, scheduling
+ * policy and I/O priority. Each changes the victim harmlessly (a sleeping process). */
+static int op_prlimit(void *a, char *d, size_t n) { (void)d; (void)n;
+    struct rlimit r = {0, 0};  /* RLIMIT_NICE: the victim may never raise its priority */
+    return syscall(SYS_prlimit64, (long)(intptr_t)a, RLIMIT_NICE, &r, NULL) ? errno : 0; }
+static int op_prlimit_high(void *a, char *d, size_t n) { (void)d; (void)n;
+    struct rlimit r = {0, 0};  /* the pid with high bits set: the kernel reads an int */
+    long pid = (long)(((unsigned long)1 << 32) | (unsigned long)(uint32_t)(intptr_t)a);
+    return syscall(SYS_prlimit64, pid, RLIMIT_NICE, &r, NULL) ? errno : 0; }
+static int op_setprio(void *a, char *d, size_t n) { (void)d; (void)n;
+    return syscall(SYS_setpriority, PRIO_PROCESS, (long)(intptr_t)a, 19) ? errno : 0; }
+static int op_affinity(void *a, char *d, size_t n) { (void)d; (void)n;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(0, &set);
+    return sched_setaffinity((pid_t)(intptr_t)a, sizeof set, &set) ? errno : 0; }
+static int op_sched_idle(void *a, char *d, size_t n) { (void)d; (void)n;
+    struct sched_param p = {0};
+    return sched_setscheduler((pid_t)(intptr_t)a, SCHED_IDLE, &p) ? errno : 0; }
+static int op_ioprio(void *a, char *d, size_t n) { (void)d; (void)n;
+    /* IOPRIO_WHO_PROCESS, IOPRIO_PRIO_VALUE(IOPRIO_CLASS_IDLE, 0) */
+    return syscall(SYS_ioprio_set, 1, (long)(intptr_t)a, 3 << 13) ? errno : 0; }
+
+static void case_limits(void) {
+    void *victim = (void *)(intptr_t)arg_int(0);
+    run_op("prlimit", op_prlimit, victim);
+    run_op("prlimit-highbits", op_prlimit_high, victim);
+    run_op("setpriority", op_setprio, victim);
+    run_op("affinity", op_affinity, victim);
+    run_op("sched-idle", op_sched_idle, victim);
+    run_op("ioprio", op_ioprio, victim);
 }
 
 /* ---- unix and IP sockets ------------------------------------------------------- */
@@ -1133,6 +1168,7 @@ static struct entry cases[] = {
     {"proc-environ", case_proc_environ, 1},
     {"ptrace", case_ptrace, 0},
     {"signal", case_signal, 0},
+    {"limits", case_limits, 0},
     {"unix", case_unix, 0},
     {"tcp", case_tcp, 0},
     {"udp", case_udp, 0},
