@@ -85,6 +85,7 @@ class LandlockConfinement:
             deny_inet=no_net,
             notify=True,
             extra_denied=_seccomp.METADATA_SYSCALLS
+            + _seccomp.IPC_SYSCALLS
             + (_seccomp.ROOT_METADATA_SYSCALLS if os.geteuid() == 0 else ()),
         )
         self._spawner = Spawner(rules, spec)

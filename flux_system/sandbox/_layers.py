@@ -264,7 +264,14 @@ def report_of(
             "ipc_uts_namespaces",
             bw,
             "bubblewrap",
-            "own ipc, uts and cgroup namespaces" if bw else "needs bubblewrap",
+            "own ipc, uts and cgroup namespaces"
+            if bw
+            else "needs bubblewrap: the host's IPC and uts namespaces are shared; "
+            + (
+                "System V IPC and POSIX message queues are refused by seccomp instead"
+                if p.backend == "landlock" and sc
+                else "the host's System V IPC objects and POSIX message queues are reachable"
+            ),
         ),
         _g(
             "user_namespaces_closed",

@@ -38,6 +38,7 @@ import flux_system.sandbox._libseccomp as L
 
 __all__ = [
     "DENIED_SYSCALLS",
+    "IPC_SYSCALLS",
     "PID_ARG_SYSCALLS",
     "WHO_USER",
     "FilterSpec",
@@ -135,6 +136,30 @@ ROOT_METADATA_SYSCALLS: tuple[str, ...] = (
     "utimes",
     "utimensat",
     "futimesat",
+)
+
+# And these, where there is no IPC namespace (the Landlock-only backend): System V
+# shared memory, message queues and semaphores, and POSIX message queues, live in the
+# host's IPC namespace, where a child could attach or read those of its uid's host
+# processes (Landlock does not mediate them). `shmdt` stays: it only detaches.
+IPC_SYSCALLS: tuple[str, ...] = (
+    "shmget",
+    "shmat",
+    "shmctl",
+    "msgget",
+    "msgsnd",
+    "msgrcv",
+    "msgctl",
+    "semget",
+    "semop",
+    "semtimedop",
+    "semctl",
+    "mq_open",
+    "mq_unlink",
+    "mq_timedsend",
+    "mq_timedreceive",
+    "mq_notify",
+    "mq_getsetattr",
 )
 
 CLONE_NS_FLAGS: tuple[int, ...] = (

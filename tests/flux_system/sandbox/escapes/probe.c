@@ -39,6 +39,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/ipc.h>
+#include <sys/msg.h>
+#include <sys/shm.h>
 #include <sys/resource.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
@@ -438,6 +441,36 @@ static void case_limits(void) {
     run_op("affinity", op_affinity, victim);
     run_op("sched-idle", op_sched_idle, victim);
     run_op("ioprio", op_ioprio, victim);
+}
+
+/* ipc=SHMKEY|SHMID|MSGKEY|MSGID: a host process's System V shared memory and message
+ * queue (mode 0600, of this uid): look them up by key, attach or read them by id. */
+static int op_shm_key(void *a, char *d, size_t n) { (void)d; (void)n;
+    return shmget((key_t)(intptr_t)a, 0, 0) < 0 ? errno : 0; }
+static int op_shm_attach(void *a, char *d, size_t n) {
+    void *p = shmat((int)(intptr_t)a, NULL, SHM_RDONLY);
+    if (p == (void *)-1) return errno;
+    snprintf(d, n, "read %.4s", (const char *)p);
+    shmdt(p);
+    return 0;
+}
+static int op_msg_key(void *a, char *d, size_t n) { (void)d; (void)n;
+    return msgget((key_t)(intptr_t)a, 0) < 0 ? errno : 0; }
+static int op_msg_read(void *a, char *d, size_t n) {
+    struct { long type; char text[128]; } m;
+    /* MSG_COPY: look without taking it (needs CONFIG_CHECKPOINT_RESTORE), else take it */
+    if (msgrcv((int)(intptr_t)a, &m, sizeof m.text, 0, IPC_NOWAIT | 040000) < 0 &&
+        msgrcv((int)(intptr_t)a, &m, sizeof m.text, 0, IPC_NOWAIT) < 0)
+        return errno;
+    snprintf(d, n, "read %.4s", m.text);
+    return 0;
+}
+
+static void case_ipc(void) {
+    run_op("shm-by-key", op_shm_key, (void *)(intptr_t)arg_int(0));
+    run_op("shm-attach", op_shm_attach, (void *)(intptr_t)arg_int(1));
+    run_op("msg-by-key", op_msg_key, (void *)(intptr_t)arg_int(2));
+    run_op("msg-read", op_msg_read, (void *)(intptr_t)arg_int(3));
 }
 
 /* ---- unix and IP sockets ------------------------------------------------------- */
@@ -1169,6 +1202,7 @@ static struct entry cases[] = {
     {"ptrace", case_ptrace, 0},
     {"signal", case_signal, 0},
     {"limits", case_limits, 0},
+    {"ipc", case_ipc, 0},
     {"unix", case_unix, 0},
     {"tcp", case_tcp, 0},
     {"udp", case_udp, 0},
