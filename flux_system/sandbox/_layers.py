@@ -226,7 +226,11 @@ def report_of(
             "pid_namespace",
             bw,
             "bubblewrap",
-            "own pid namespace" if bw else "no pid namespace without bubblewrap",
+            "own pid namespace"
+            if bw
+            else "no pid namespace without bubblewrap: the host's processes are visible in "
+            "/proc, their command lines and status readable (environ, memory, fds and cwd "
+            "refused by Landlock's ptrace rule; signals scoped at ABI 6)",
         ),
         _g(
             "process_tree",
@@ -310,7 +314,13 @@ def report_of(
                 if bw
                 else "Landlock cannot deny a path below a writable root"
             )
-            + ("; the post-run audit covers the rest" if settings.audit else "; no audit"),
+            + ("; the post-run audit covers the rest" if settings.audit else "; no audit")
+            + (
+                ""
+                if bw or not settings.audit or (host and host.tree_cgroups)
+                else ", but not what a process that outlives the run changes after the audit "
+                "(process_tree not enforced)"
+            ),
         ),
         _g("denial_reporting", p.backend == "landlock" and sc, "seccomp", p.denial_reason),
     ]
