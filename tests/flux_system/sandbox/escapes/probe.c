@@ -473,6 +473,32 @@ static void case_ipc(void) {
     run_op("msg-read", op_msg_read, (void *)(intptr_t)arg_int(3));
 }
 
+/* sysctl=NAME|NAME...: write host-global kernel settings below /proc/sys (each gets
+ * its own current value back: harmless when it works). A root caller is uid 0 inside;
+ * kernel.core_pattern = "|/ws/evil" would run a program as host root on a crash. */
+static int op_sysctl(void *a, char *d, size_t n) {
+    char path[256], value[512];
+    snprintf(path, sizeof path, "/proc/sys/%s", (const char *)a);
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) { int e = errno; snprintf(d, n, "read"); return e; }
+    ssize_t len = read(fd, value, sizeof value);
+    close(fd);
+    if (len <= 0) { snprintf(d, n, "read"); return len < 0 ? errno : EIO; }
+    fd = open(path, O_WRONLY);
+    if (fd < 0) return errno;
+    int e = write(fd, value, (size_t)len) == len ? 0 : errno;
+    close(fd);
+    return e;
+}
+
+static void case_sysctl(void) {
+    for (int i = 0; i < nargs; i++) {
+        char label[64];
+        snprintf(label, sizeof label, "sysctl:%s", args[i]);
+        run_op(label, op_sysctl, (void *)args[i]);
+    }
+}
+
 /* ---- unix and IP sockets ------------------------------------------------------- */
 
 static int connect_send(int fam, int type, struct sockaddr *sa, socklen_t len, const char *msg) {
@@ -1203,6 +1229,7 @@ static struct entry cases[] = {
     {"signal", case_signal, 0},
     {"limits", case_limits, 0},
     {"ipc", case_ipc, 0},
+    {"sysctl", case_sysctl, 0},
     {"unix", case_unix, 0},
     {"tcp", case_tcp, 0},
     {"udp", case_udp, 0},
