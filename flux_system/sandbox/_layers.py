@@ -259,7 +259,9 @@ def report_of(
                         "no network namespace: TCP bind/connect denied by Landlock"
                         + (f" (ABI {abi})" if abi >= 4 else " needs ABI 4")
                         + ", inet sockets (so UDP too) refused by seccomp with network none;"
-                        " pathname unix sockets to host listeners are not confined"
+                        " pathname unix sockets to host listeners are not confined (a"
+                        " Docker or D-Bus socket, an X11 display: whatever this user may"
+                        " connect to)"
                     )
                 )
             ),
