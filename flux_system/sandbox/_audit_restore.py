@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
 import stat
 
 from flux_system.sandbox._audit_tree import Node, kind_of, lstat_or_none
@@ -26,7 +25,7 @@ _TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXE
 
 def temp_name(name: str) -> str:
     """A fresh hidden name beside *name* for a temporary (random: never guessed first)."""
-    return f".{name[:40]}.flux-restore-{secrets.token_hex(6)}"
+    return f".{name[:40]}.flux-restore-{os.urandom(6).hex()}"
 
 
 def remove_name(dirfd: int, name: str) -> None:

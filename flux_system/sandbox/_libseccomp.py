@@ -18,6 +18,7 @@ import ctypes.util
 import os
 import threading
 import typing
+from collections.abc import Iterator
 
 __all__ = [
     "ACT_ALLOW",
@@ -259,14 +260,21 @@ _lock = threading.Lock()
 _loaded: list[LibSeccomp | None] = []
 
 
+def _candidates() -> Iterator[str]:
+    yield "libseccomp.so.2"
+    found = ctypes.util.find_library("seccomp")
+    if found:
+        yield found
+
+
 def load() -> LibSeccomp | None:
     """The process's libseccomp, or ``None`` when the host has none (cached)."""
     with _lock:
         if not _loaded:
             lib: LibSeccomp | None = None
-            for name in ("libseccomp.so.2", ctypes.util.find_library("seccomp")):
-                if not name:
-                    continue
+            # The soname first; find_library (which runs `ldconfig -p` as a child
+            # process) only when the soname is not found.
+            for name in _candidates():
                 try:
                     lib = LibSeccomp(ctypes.CDLL(name, use_errno=True))
                     break
