@@ -30,6 +30,7 @@ __all__ = [
     "CMP_EQ",
     "CMP_GE",
     "CMP_MASKED_EQ",
+    "CMP_NE",
     "ArgCmp",
     "LibSeccomp",
     "NotifReq",
@@ -48,6 +49,7 @@ ATTR_ACT_BADARCH = 2
 ATTR_CTL_NNP = 3
 ATTR_CTL_TSYNC = 4
 
+CMP_NE = 1  # enum scmp_compare
 CMP_EQ = 4
 CMP_GE = 5
 CMP_MASKED_EQ = 7
