@@ -33,6 +33,7 @@ __all__ = [
     "read_text",
     "real_dir",
     "real_path",
+    "symlinks_on",
     "write_text_beneath",
     "write_text_replace",
 ]
@@ -122,6 +123,30 @@ def real_dir(path: str) -> str:
     except ReplacedError as exc:
         raise NotADirectoryError(20, f"not a directory ({exc.why})", path) from None
     return real
+
+
+def symlinks_on(path: str) -> list[tuple[str, str]]:
+    """The symlinks met resolving *path* (relative to the cwd), in order: each as (the
+    real path of the directory holding it, the link's name there).
+
+    Raises:
+        OSError: a component cannot be examined (a loop, permission).
+    """
+    found: list[tuple[str, str]] = []
+    cur = os.getcwd() if not path.startswith("/") else "/"
+    for name in path.split("/"):
+        if name in ("", "."):
+            continue
+        if name == "..":
+            cur = os.path.dirname(cur)
+            continue
+        cand = os.path.join(cur, name)
+        if os.path.islink(cand):
+            found.append((cur, name))
+            cur = os.path.realpath(cand)
+        else:
+            cur = cand
+    return found
 
 
 def write_text_beneath(real: str, name: str, text: str) -> None:

@@ -149,7 +149,13 @@ def run(args: argparse.Namespace) -> int:
     report_at = ""
     if opts.report is not None:  # resolved now: the run may change what its path names
         try:
-            report_at = report_dir(opts.report)
+            report_at = report_dir(opts.report, [opts.workspace, *getattr(args, "rw", [])])
+        except ValueError as exc:
+            _say(
+                f"--report {shown(opts.report)}: its directory goes through the symlink "
+                f"{shown(exc.args[0])} inside a root the command may write; give the real path"
+            )
+            return EXIT_FLUX_ERROR
         except OSError as exc:
             _say(f"--report {shown(opts.report)}: cannot use its directory: {exc.strerror}")
             return EXIT_FLUX_ERROR

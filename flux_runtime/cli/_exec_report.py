@@ -85,16 +85,25 @@ def report_dict(o: Outcome) -> dict[str, object]:
     }
 
 
-def report_dir(path: str) -> str:
+def report_dir(path: str, writable: list[str]) -> str:
     """The real path of the directory of the report *path*, taken before the run.
 
-    Raises: OSError (missing, not a directory, not searchable).
+    Raises:
+        ValueError: the path goes through a symlink that lies inside one of the
+            *writable* roots (an earlier sandboxed run may have planted it); its one
+            argument is the link's path.
+        OSError: missing, not a directory, not searchable.
     """
     import os
 
-    from flux_runtime._files import real_dir
+    from flux_runtime._files import real_dir, real_path, symlinks_on
 
-    return real_dir(os.path.dirname(path) or ".")
+    parent = os.path.dirname(path) or "."
+    roots = [real_path(r).rstrip("/") for r in writable]
+    for where, name in symlinks_on(parent):
+        if any(where == r or where.startswith(r + "/") for r in roots):
+            raise ValueError(os.path.join(where, name))
+    return real_dir(parent)
 
 
 def write_report(directory: str, path: str, o: Outcome) -> None:

@@ -125,3 +125,25 @@ def test_report_parent_recreated_by_the_run_is_written(tmp_path: Path) -> None:
     )  # fmt: skip
     assert run.returncode == 4, run.stderr
     assert json.loads((ws / "out" / "r.json").read_text())["exit_code"] == 4
+
+
+def test_report_through_a_symlink_inside_the_workspace_is_refused_before_running(
+    tmp_path: Path,
+) -> None:
+    # An earlier sandboxed run could have planted ws/out -> a directory outside: the
+    # host must not follow it (the real path outside the workspace is accepted).
+    ws, elsewhere = tmp_path / "ws", tmp_path / "elsewhere"
+    ws.mkdir()
+    elsewhere.mkdir()
+    (ws / "out").symlink_to(elsewhere)
+    run = flux(
+        "exec", "--workspace", str(ws), "--report", str(ws / "out" / "r.json"),
+        "--", "touch", "ran",
+    )  # fmt: skip
+    assert run.returncode == 125
+    assert f"goes through the symlink {ws / 'out'}".encode() in run.stderr
+    assert not (ws / "ran").exists()
+    assert list(elsewhere.iterdir()) == []
+    run = flux("exec", "--workspace", str(ws), "--report", str(elsewhere / "r.json"), "--", "true")
+    assert run.returncode == 0, run.stderr
+    assert json.loads((elsewhere / "r.json").read_text())["exit_code"] == 0
