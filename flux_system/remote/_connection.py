@@ -24,17 +24,16 @@ from flux_system._exceptions import (
     WorkspaceError,
     WorkspaceReason,
 )
+from flux_system.remote._canonical import (
+    encode_chunk,
+    encode_read_result,
+    fast_chunk,
+    fast_read_request,
+)
 from flux_system.remote._channel import Channel
 from flux_system.remote._config import ServerConfig
 from flux_system.remote._errors import body_from_exception
-from flux_system.remote._frame import (
-    FrameDecoder,
-    decode_body,
-    encode_chunk,
-    encode_frame,
-    encode_read_result,
-    fast_chunk,
-)
+from flux_system.remote._frame import FrameDecoder, decode_body, encode_frame
 from flux_system.remote._handlers import INLINE, INLINE_READ, Handlers, Upload, file_op
 from flux_system.remote._ops import ARGS, b64d, encode_identity
 from flux_system.remote._wire import (
@@ -51,6 +50,8 @@ from flux_system.remote._wire import (
 __all__ = ["Connection"]
 
 _READ = 256 * 1024
+_WATCH_S = 0.25
+"""At the in-flight cap nothing is read: how often the reader checks the client is there."""
 
 
 def _protocol(message: str) -> PortError:
@@ -68,8 +69,8 @@ class Connection:
         self._decoder = FrameDecoder(max_frame=self._lim.max_frame)
         self._send_lock = threading.Lock()
         self._lock = threading.Lock()
-        self._slots = threading.BoundedSemaphore(self._lim.max_in_flight)
-        self._running = 0
+        self._slot_freed = threading.Condition(self._lock)
+        self._running = 0  # requests holding an in-flight slot (under _lock)
         self._active: set[int] = set()
         self._uploads: dict[int, Upload] = {}
         self._closing = threading.Event()
@@ -77,6 +78,7 @@ class Connection:
         self.in_flight_peak = 0
         self.ended = ""
         self._served = frozenset(config.operations())
+        self._fast_reads = self._lim.inline_fs and "read_bytes" in self._served
         self._handlers = Handlers(config, self)
 
     # -- sending (any thread) ----------------------------------------------------------
@@ -198,9 +200,15 @@ class Connection:
                     raise _protocol("the stream ended inside a frame")
                 return
             for body in self._decoder.feed_bodies(data):
-                chunk = fast_chunk(body)  # bulk uploads skip JSON and the models
+                # Canonical bulk chunks and small reads skip JSON and the models (the
+                # same checks, made on the bytes: ._canonical).
+                chunk = fast_chunk(body)
                 if chunk is not None:
                     self._on_chunk(*chunk)
+                    continue
+                read = fast_read_request(body) if self._fast_reads else None
+                if read is not None:
+                    self._fast_read(*read)
                 else:
                     self._dispatch(decode_body(body))
 
@@ -235,17 +243,27 @@ class Connection:
         else:
             raise _protocol(f"a client may not send {msg.type!r}")
 
-    def _start(self, req: Request) -> None:
+    def _admit(self, rid: int) -> None:
+        """Give request *rid* an in-flight slot; at the cap, wait for one to free —
+        nothing more is read from the connection meanwhile (back-pressure) — or for
+        the client to hang up (then the connection ends: its children are killed).
+
+        Raises:
+            ConnectionError: the client went away while the connection was at the cap.
+        """
         with self._lock:
-            in_use = req.id in self._active
-        if in_use:
-            raise _protocol(f"request id {req.id} is in use")
-        self._slots.acquire()  # back-pressure: nothing more is read until a slot frees
-        with self._lock:
+            if rid in self._active:
+                raise _protocol(f"request id {rid} is in use")
+            while self._running >= self._lim.max_in_flight:
+                if not self._slot_freed.wait(_WATCH_S) and self._ch.hung_up():
+                    raise ConnectionError("the client hung up at the in-flight cap")
             self._running += 1
-            self._active.add(req.id)
+            self._active.add(rid)
             self.requests += 1
             self.in_flight_peak = max(self.in_flight_peak, self._running)
+
+    def _start(self, req: Request) -> None:
+        self._admit(req.id)
         if req.op not in self._served:
             self.done(req.id)
             self.fail(
@@ -269,7 +287,7 @@ class Connection:
             if not keep_id:
                 self._active.discard(rid)
             self._running -= 1
-        self._slots.release()
+            self._slot_freed.notify()
 
     def event(self, rid: int, event: str, **fields: object) -> None:
         self.send({"type": "event", "id": rid, "event": event, **fields})
@@ -322,19 +340,7 @@ class Connection:
         try:
             args: typing.Any = ARGS[req.op].model_validate(req.args)
             if req.op == "read_bytes":
-                small = args.limit is not None and args.limit <= INLINE_READ
-                try:
-                    data = self._cfg.workspace.read_bytes(
-                        args.path, limit=args.limit if small else INLINE_READ
-                    )
-                except WorkspaceError as exc:
-                    if exc.reason is WorkspaceReason.TOO_LARGE and not small:
-                        return False
-                    raise
-                frame = encode_read_result(req.id, data, max_frame=self._lim.max_frame)
-                self.done(req.id)
-                self._quiet(lambda: self.send_frame(frame))
-                return True
+                return self._read_small(req.id, args.path, args.limit)
             value = file_op(self._cfg, req.op, args)
         except Exception as exc:
             self.done(req.id)
@@ -343,3 +349,34 @@ class Connection:
         self.done(req.id)
         self.answer(req.id, value)
         return True
+
+    def _read_small(self, rid: int, path: str, limit: int | None) -> bool:
+        """Read *path* here and answer (admitted, valid args); False, with nothing
+        sent, when the file is larger than ``INLINE_READ`` and no smaller limit holds."""
+        small = limit is not None and limit <= INLINE_READ
+        try:
+            data = self._cfg.workspace.read_bytes(path, limit=limit if small else INLINE_READ)
+            frame = encode_read_result(rid, data, max_frame=self._lim.max_frame)
+        except Exception as exc:
+            if (
+                isinstance(exc, WorkspaceError)
+                and exc.reason is WorkspaceReason.TOO_LARGE
+                and not small
+            ):
+                return False
+            self.done(rid)
+            self.fail(rid, "read_bytes", exc)
+            return True
+        self.done(rid)
+        self._quiet(lambda: self.send_frame(frame))
+        return True
+
+    def _fast_read(self, rid: int, path: str, limit: int | None) -> None:
+        """A canonical ``read_bytes`` request (``fast_read_request``): the same steps
+        as :meth:`_start` and :meth:`_inline` take for it, without the models."""
+        self._admit(rid)
+        if not self._read_small(rid, path, limit):
+            req = Request(
+                type="request", id=rid, op="read_bytes", args={"path": path, "limit": limit}
+            )
+            self._handlers.start(req, None)

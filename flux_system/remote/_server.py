@@ -122,8 +122,15 @@ class PortServer:
             self._spawn_thread(accept, sock, addr)
 
     def _silence(self, sock: socket.socket) -> None:
-        # A connection silent for three heartbeats is closed (its children killed).
-        sock.settimeout(3 * self._cfg.limits.heartbeat_s)
+        # A connection silent for three heartbeats is closed (its children killed). The
+        # kernel keeps the time (SO_RCVTIMEO/SO_SNDTIMEO: the channel raises
+        # TimeoutError); a Python socket timeout would cost a poll() per recv and send.
+        sock.settimeout(None)
+        seconds = 3 * self._cfg.limits.heartbeat_s
+        whole = int(seconds)
+        timeval = struct.pack("ll", whole, int((seconds - whole) * 1e6))
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeval)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, timeval)
 
     # -- Unix socket ---------------------------------------------------------------------
 

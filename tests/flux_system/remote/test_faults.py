@@ -284,3 +284,21 @@ def test_stuck_reader_on_one_child_does_not_stall_another(tmp_path: Path) -> Non
         assert flood.join(60)
         out = flood.read_output()
         assert len(out.stdout) <= 4096 and out.stdout_dropped >= 20000000 - 4096
+
+
+def test_silent_connection_is_closed_after_three_heartbeats(tmp_path: Path) -> None:
+    # The silence limit is kept by the kernel (SO_RCVTIMEO): a handshaken peer that
+    # then says nothing is closed, and one that keeps talking is not.
+    from flux_system.remote import ServerLimits
+
+    with served(tmp_path, limits=ServerLimits(heartbeat_s=0.2)) as srv:
+        talker = _handshaken(srv.target)
+        silent = _handshaken(srv.target)
+        for nonce in range(1, 9):  # 1.6 s of pings at half the interval: kept open
+            talker.sendall(frame(b'{"type":"ping","nonce":%d}' % nonce))
+            assert json.loads(read_frames(talker, count=1)[0])["type"] == "pong"
+            time.sleep(0.2 / 2)
+        assert read_frames(silent) == []  # closed without a word (hang guard: 20 s)
+        talker.close()
+        silent.close()
+    assert any("silent for three heartbeats" in line for line in srv.log), srv.log

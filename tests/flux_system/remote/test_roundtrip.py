@@ -177,12 +177,20 @@ def test_many_concurrent_requests_respect_the_in_flight_cap(tmp_path: Path) -> N
 
 
 def _running_gates(gate: str) -> int:
-    """Children of this process (the in-thread server's runs) running *gate*."""
+    """Children of this process (the in-thread server's runs) running *gate*.
+
+    A shell that forks for ``sleep`` has, until the fork execs, a child with its own
+    command line: one whose parent runs *gate* too is that fork, not another run.
+    """
     count = 0
     for proc in psutil.Process().children(recursive=True):
         try:
-            if proc.cmdline()[-1:] == [gate]:
-                count += 1
+            if proc.cmdline()[-1:] != [gate]:
+                continue
+            parent = proc.parent()
+            if parent is not None and parent.cmdline()[-1:] == [gate]:
+                continue
+            count += 1
         except psutil.Error:
             continue
     return count
@@ -215,6 +223,33 @@ def test_in_flight_cap_is_reached_and_never_exceeded(tmp_path: Path) -> None:
             assert all(isinstance(v, dict) and v["exit_code"] == 0 for v in values)
     assert "12 requests" in "\n".join(srv.log)
     assert _peak(srv.log) == 4
+
+
+def test_client_gone_at_the_in_flight_cap_has_its_runs_killed(tmp_path: Path) -> None:
+    # At the cap the server reads nothing more (back-pressure), so it cannot read the
+    # EOF of a client that left either; it must still notice and kill what runs.
+    import time
+
+    gate = "while [ ! -e go ]; do sleep 0.01; done; echo never"
+    with served(tmp_path, limits=ServerLimits(max_in_flight=2)) as srv:
+        try:
+            sub = connect(srv.target)
+            client = sub.closer.__self__  # type: ignore[union-attr]
+            for _ in range(5):  # no timeout: without the check they would run for ever
+                client.start("run", {"argv": ["sh", "-c", gate], "timeout": None})
+            for _ in range(6000):  # hang guard: the two must start
+                if _running_gates(gate) >= 2:
+                    break
+                time.sleep(0.01)
+            assert _running_gates(gate) == 2  # positive control: the cap is reached
+            sub.close()
+            deadline = time.monotonic() + 60  # hang guard
+            while _running_gates(gate) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert _running_gates(gate) == 0
+        finally:
+            (tmp_path / "go").write_bytes(b"")  # on failure, let the server close
+    assert any("2 requests" in line and "connection lost" in line for line in srv.log), srv.log
 
 
 def test_workspace_unchanged_after_refused_write(remote, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

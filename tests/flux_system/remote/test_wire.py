@@ -98,7 +98,7 @@ def test_schema_drift_negative_control(tmp_path: Path) -> None:
 def test_fast_chunk_encoding_is_byte_identical(stream: str, last: bool) -> None:
     import base64
 
-    from flux_system.remote._frame import encode_chunk
+    from flux_system.remote._canonical import encode_chunk
 
     data = bytes(range(256)) * 3
     message = {
@@ -119,7 +119,7 @@ def test_fast_chunk_encoding_is_byte_identical(stream: str, last: bool) -> None:
 def test_fast_read_result_encoding_is_byte_identical(size: int) -> None:
     import base64
 
-    from flux_system.remote._frame import encode_read_result
+    from flux_system.remote._canonical import encode_read_result
 
     data = bytes(range(256)) * (size // 256 + 1)
     data = data[:size]
@@ -134,7 +134,7 @@ def test_fast_read_result_encoding_is_byte_identical(size: int) -> None:
 def test_fast_paths_accept_exactly_the_canonical_frames() -> None:
     import base64
 
-    from flux_system.remote._frame import (
+    from flux_system.remote._canonical import (
         encode_chunk,
         encode_read_result,
         fast_chunk,
