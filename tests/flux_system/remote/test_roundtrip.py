@@ -301,3 +301,63 @@ def test_child_that_stops_reading_stdin_ends_the_writer(remote) -> None:  # type
     assert sent_all is False  # the child exited after 10 bytes: the writer was told
     assert child.join(60)
     assert child.status().exit_code == 0
+
+
+def test_canonical_and_general_read_requests_are_answered_alike(tmp_path: Path) -> None:
+    # A real server answers each read vector (ports/vectors/v1/args.json and the
+    # read-canonical frames) twice on one connection: in the spelling it recognises
+    # without JSON, and with one space added (the general path). Both answers must be
+    # the same bytes: same value, same refusal (invalid arguments, a missing file, a
+    # path escaping the workspace).
+    import json
+    import struct
+
+    from flux_system.remote._canonical import fast_read_request
+    from flux_system.remote._frame import FrameDecoder
+    from tests.flux_system.remote._harness import HELLO, frame, raw_connect
+
+    ports = Path(__file__).resolve().parents[3] / "ports" / "vectors" / "v1"
+    bodies = [
+        bytes.fromhex(c["bytes"])[4:]
+        for c in json.loads((ports / "args.json").read_text())["cases"]
+    ]
+    for case in json.loads((ports / "frames.json").read_text())["cases"]:
+        if case["id"].startswith("read-canonical"):
+            bodies.append(bytes.fromhex(case["bytes"])[4:])
+    bodies += [
+        b'{"type":"request","id":1,"op":"read_bytes","args":{"path":"../x","limit":null}}',
+        b'{"type":"request","id":1,"op":"read_bytes","args":{"path":"big","limit":10}}',
+        b'{"type":"request","id":1,"op":"read_bytes","args":{"path":"big","limit":null}}',
+    ]
+    (tmp_path / "a").write_bytes(b"contents of a\n")
+    (tmp_path / "f4k").write_bytes(os.urandom(4096))
+    (tmp_path / "big").write_bytes(os.urandom(200_000))  # past the inline read: chunked
+    recognised = 0
+    with served(tmp_path) as srv:
+        s = raw_connect(srv.target)
+        s.sendall(frame(HELLO))
+        decoder = FrameDecoder()
+        arrived: list[bytes] = []
+
+        def next_frame() -> bytes:
+            while not arrived:
+                data = s.recv(65536)
+                assert data, "the server closed the connection"
+                arrived.extend(decoder.feed_bodies(data))
+            return arrived.pop(0)
+
+        assert json.loads(next_frame())["type"] == "welcome"
+        for body in bodies:
+            spaced = body.replace(b'"type":"request",', b'"type": "request",', 1)
+            assert spaced != body and fast_read_request(spaced) is None
+            recognised += fast_read_request(body) is not None
+            answers = []
+            for spelling in (body, spaced):
+                s.sendall(struct.pack(">I", len(spelling)) + spelling)
+                got = [next_frame()]
+                while json.loads(got[-1])["type"] == "chunk":
+                    got.append(next_frame())
+                answers.append(got)
+            assert answers[0] == answers[1], body[:120]
+        s.close()
+    assert recognised >= 6  # positive control: the recognised spelling was exercised
