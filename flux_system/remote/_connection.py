@@ -368,7 +368,8 @@ class Connection:
             self.fail(rid, "read_bytes", exc)
             return True
         self.done(rid)
-        self._quiet(lambda: self.send_frame(frame))
+        with contextlib.suppress(ConnectionError, OSError):  # the client is gone
+            self.send_frame(frame)
         return True
 
     def _fast_read(self, rid: int, path: str, limit: int | None) -> None:

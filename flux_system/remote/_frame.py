@@ -179,7 +179,8 @@ class FrameDecoder:
                     self._need = length
                 if len(self._buf) < self._need:
                     break
-                body = bytes(self._buf[: self._need])
+                with memoryview(self._buf) as view:
+                    body = view[: self._need].tobytes()  # one copy (a slice would be two)
                 del self._buf[: self._need]
                 self._need = None
                 out.append(body)

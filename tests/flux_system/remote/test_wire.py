@@ -305,3 +305,32 @@ def test_recognisers_decline_what_the_general_path_refuses_mutated() -> None:
             harness.check_fast_paths(body)
     finally:
         _canonical._MAX_ID = real
+
+
+@settings(max_examples=300)
+@given(
+    rid=st.one_of(st.integers(min_value=-1, max_value=2**60), st.booleans()),
+    path=st.one_of(st.text(max_size=30), st.integers(), st.none()),
+    limit=st.one_of(st.none(), st.integers(min_value=-5, max_value=2**50), st.booleans()),
+    order=st.booleans(),
+    extra=st.booleans(),
+)
+def test_encode_read_request_is_byte_identical(
+    rid: int, path: object, limit: object, order: bool, extra: bool
+) -> None:
+    # The read_bytes spelling is built by a branch of its own: every shape of args.
+    from flux_system.remote._canonical import encode_request
+
+    args: dict[str, object] = {"path": path, "limit": limit} if order else {"limit": limit}
+    if not order:
+        args["path"] = path
+    if extra:
+        args["x"] = 1
+    message = {"type": "request", "id": rid, "op": "read_bytes", "args": args}
+    try:
+        expected = encode_frame(message)
+    except UnicodeEncodeError:
+        with pytest.raises(UnicodeEncodeError):
+            encode_request(rid, "read_bytes", args)
+        return
+    assert encode_request(rid, "read_bytes", args) == expected
