@@ -62,26 +62,51 @@ __all__ = ["Call", "Client"]
 _RECV = 256 * 1024
 
 
+_ENDING = threading.Lock()  # orders Call.finish against the lazy creation of Call.done
+
+
 class Call:
-    """One request in flight: its answer, download parts, and (for spawn) events."""
+    """One request in flight: its answer, download parts, and (for spawn) events.
+
+    ``ended`` turns True once, when the answer (or the connection's loss) is in;
+    ``done`` is the same fact as an event to wait on, made only when someone asks for
+    it (a caller that reads its own answer never waits, and need not pay for one).
+    """
 
     def __init__(self, rid: int, op: str) -> None:
         self.id = rid
         self.op = op
         self.sent = False
-        self.done = threading.Event()
+        self.ended = False
+        self._done: threading.Event | None = None
         self.value: object = None
         self.error: BaseException | None = None
         self.download: list[bytes] = []
         self.on_chunk: Callable[[str, bytes], None] | None = None
         self.on_event: Callable[[Event], None] | None = None
 
+    @property
+    def done(self) -> threading.Event:
+        event = self._done
+        if event is None:
+            with _ENDING:
+                event = self._done
+                if event is None:
+                    event = self._done = threading.Event()
+                    if self.ended:
+                        event.set()
+        return event
+
     def finish(self, value: object = None, error: BaseException | None = None) -> None:
-        if self.done.is_set():
-            return
-        self.value = value
-        self.error = error
-        self.done.set()
+        with _ENDING:
+            if self.ended:
+                return
+            self.value = value
+            self.error = error
+            self.ended = True
+            event = self._done
+        if event is not None:
+            event.set()
 
 
 class Client:
@@ -271,7 +296,7 @@ class Client:
 
     def wait(self, call: Call, timeout: float | None = None) -> object:
         """Block for *call*'s answer; raise its error."""
-        if not call.done.wait(timeout):
+        if not call.ended and not call.done.wait(timeout):
             raise UnknownOutcomeError(
                 f"{self.target}: no answer to {call.op} within {timeout} s",
                 op=call.op,
@@ -302,13 +327,13 @@ class Client:
         """Read on this thread until *call* ended, unless another thread reads (then it
         routes *call*'s answer: wait for ``call.done``)."""
         with self._lock:
-            lead = not (call.done.is_set() or self._reading or self._lost is not None)
+            lead = not (call.ended or self._reading or self._lost is not None)
             if lead:
                 self._reading = True
         if not lead:
             return
         try:
-            while not call.done.is_set():
+            while not call.ended:
                 self._read_once()
         except Exception as exc:  # EOF, reset, a protocol error: all calls end
             self._lose(exc)
