@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import hmac
 import threading
+import time
 import typing
 
 from flux_system._exceptions import (
@@ -61,8 +62,16 @@ def _protocol(message: str) -> PortError:
 class Connection:
     """Serve one client over *channel* until either side ends (call :meth:`serve`)."""
 
-    def __init__(self, config: ServerConfig, channel: Channel, peer: str) -> None:
+    def __init__(
+        self,
+        config: ServerConfig,
+        channel: Channel,
+        peer: str,
+        *,
+        after_hello: typing.Callable[[], None] | None = None,
+    ) -> None:
         self._cfg = config
+        self._after_hello = after_hello  # e.g. the socket's timeout: silence from now on
         self._lim = config.limits
         self._ch = channel
         self.peer = peer
@@ -119,16 +128,24 @@ class Connection:
 
     def serve(self) -> None:
         """Handshake, then serve requests until EOF, a protocol error or silence."""
+        handshaken = False
         try:
             self.ended = "handshake refused"
             if self._handshake():
+                handshaken = True
+                if self._after_hello is not None:
+                    self._after_hello()
                 self.ended = "closed by the client"
                 self._loop()
         except PortError as exc:  # the client broke the protocol: say why, then close
             self.ended = f"protocol error: {exc.message}"
             self._goodbye("protocol", exc.message)
         except TimeoutError:
-            self.ended = "silent for three heartbeats"
+            self.ended = (
+                "silent for three heartbeats"
+                if handshaken
+                else f"no hello within {self._lim.handshake_s:g} s"
+            )
         except (ConnectionError, OSError) as exc:
             self.ended = f"connection lost: {type(exc).__name__}"
         finally:
@@ -140,7 +157,15 @@ class Connection:
         )
 
     def _read(self) -> list[dict[str, object]] | None:
+        """The messages of the first frames (the handshake), within ``handshake_s``.
+
+        Raises:
+            TimeoutError: the hello did not arrive in time (however slowly it trickled).
+        """
+        deadline = time.monotonic() + self._lim.handshake_s
         while True:
+            if time.monotonic() > deadline:
+                raise TimeoutError("no hello in time")
             data = self._ch.recv(_READ)
             if not data:
                 if not self._decoder.at_boundary():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -302,3 +303,24 @@ def test_silent_connection_is_closed_after_three_heartbeats(tmp_path: Path) -> N
         talker.close()
         silent.close()
     assert any("silent for three heartbeats" in line for line in srv.log), srv.log
+
+
+@pytest.mark.parametrize("trickle", [False, True])
+def test_hello_must_arrive_within_handshake_s(tmp_path: Path, trickle: bool) -> None:
+    # handshake_s (0.5 s here) bounds the hello, however slowly it trickles in; the
+    # silence limit (three heartbeats, 90 s here) applies only after it.
+    from flux_system.remote import ServerLimits
+
+    with served(tmp_path, limits=ServerLimits(handshake_s=0.5, heartbeat_s=30.0)) as srv:
+        s = raw_connect(srv.target)  # a 20 s socket timeout: the hang guard
+        hello = frame(HELLO)
+        if trickle:  # one byte every 0.1 s: each read is quick, the whole is not
+            with contextlib.suppress(OSError):
+                for byte in hello[:-1]:
+                    s.sendall(bytes([byte]))
+                    time.sleep(0.1)
+        assert read_frames(s) == []  # closed without a welcome
+        s.close()
+        with connect(srv.target) as sub:  # positive control: a prompt hello is served
+            assert sub.files.exists(".")
+    assert any("no hello within 0.5 s" in line for line in srv.log), srv.log
