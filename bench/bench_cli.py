@@ -15,7 +15,6 @@ default: ``.venv/bin/flux`` of this checkout, else ``flux`` on PATH).
 
 from __future__ import annotations
 
-import compileall
 import os
 import shutil
 import statistics
@@ -27,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench._common import record  # noqa: E402
+from bench._common import compile_packages, interpreter_of, record  # noqa: E402
 
 ROUNDS = 15
 PER_ROUND = 5
@@ -44,13 +43,6 @@ def _flux() -> list[str]:
     return [chosen]
 
 
-def _interpreter(script: str) -> str:
-    first = Path(script).read_bytes().split(b"\n", 1)[0]
-    if first.startswith(b"#!"):
-        return first[2:].decode().strip().split()[0]
-    return sys.executable
-
-
 def _once(argv: list[str]) -> float:
     start = time.perf_counter()
     subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, check=True)
@@ -58,10 +50,9 @@ def _once(argv: list[str]) -> float:
 
 
 def main() -> None:
-    for pkg in ("flux_system", "flux_runtime"):
-        compileall.compile_dir(str(ROOT / pkg), quiet=1)
+    compile_packages()
     flux = _flux()
-    python = _interpreter(flux[0])
+    python = interpreter_of(flux[0])
     # Once flux exec has a sandbox (default: require), the start-up target is for
     # `--sandbox off`: the sandbox's own cost is measured by its benchmark.
     helptext = subprocess.run([*flux, "exec", "--help"], capture_output=True, text=True).stdout

@@ -29,7 +29,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._common import record, side_by_side, time_per_call
+from bench._common import per_call, record, side_by_side, time_per_call
 from flux_system import System, Workspace
 
 GIB = 1 << 30
@@ -99,6 +99,16 @@ class _PeakRss:
         self._thread.join()
 
 
+def _first_after_plain(system: System, fair: Callable[[], object], n: int) -> float:
+    """Median time of a ``System.run`` that follows 25 plain spawns (no cgroup move)."""
+    times: list[float] = []
+    for _ in range(n):
+        for _ in range(25):
+            fair()
+        times.append(time_per_call(lambda: system.run(["/bin/true"]), number=1))
+    return statistics.median(times)
+
+
 def _spawn(system: System) -> dict[str, float]:
     def fair() -> object:
         return subprocess.run(
@@ -108,18 +118,35 @@ def _spawn(system: System) -> dict[str, float]:
     def bare() -> object:
         return subprocess.run(["/bin/true"], check=False)
 
+    def run() -> object:
+        return system.run(["/bin/true"])
+
     for _ in range(50):  # warm up every path
-        system.run(["/bin/true"])
+        run()
         fair()
         bare()
-    spawn = side_by_side(lambda: system.run(["/bin/true"]), fair, number=25, rounds=41)
-    context = side_by_side(lambda: system.run(["/bin/true"]), bare, number=25, rounds=21)
+    spawn = side_by_side(run, fair, number=25, rounds=41)
+    single = per_call(run, fair, 1000)
+    context = side_by_side(run, bare, number=25, rounds=21)
+    first = _first_after_plain(system, fair, 41)
     spawn["bare_subprocess_s"] = context["baseline_s"]
     spawn["vs_bare_ratio"] = context["ratio"]
+    spawn["per_call_candidate_s"] = single["candidate_s"]
+    spawn["per_call_baseline_s"] = single["baseline_s"]
+    spawn["per_call_ratio"] = single["ratio"]
+    spawn["first_after_plain_s"] = first
     print(
-        f"spawn+wait /bin/true: System.run {spawn['candidate_s'] * 1e6:.0f} us, "
+        f"spawn+wait /bin/true, blocks of 25: System.run {spawn['candidate_s'] * 1e6:.0f} us, "
         f"subprocess.run(capture_output, start_new_session) {spawn['baseline_s'] * 1e6:.0f} us, "
         f"ratio {spawn['ratio']:.3f}x (target <= 1.15x)"
+    )
+    print(
+        f"  alternating single calls: {single['candidate_s'] * 1e6:.0f} vs "
+        f"{single['baseline_s'] * 1e6:.0f} us, ratio {single['ratio']:.3f}x"
+    )
+    print(
+        f"  the first System.run after 25 plain spawns: {first * 1e6:.0f} us (a v1 cgroup "
+        "move after a pause waits for an RCU grace period; see bench/README.md)"
     )
     print(
         f"  context: bare subprocess.run {context['baseline_s'] * 1e6:.0f} us, "

@@ -161,6 +161,7 @@ class SandboxReason(enum.Enum):
     UNSUPPORTED_PLATFORM = "unsupported_platform"
     BAD_PROFILE = "bad_profile"
     WORKSPACE_COVERS_HOME = "workspace_covers_home"  # the workspace is or holds $HOME or /
+    EXTRA_PATH_UNSAFE = "extra_path_unsafe"  # an extra path has a link a run could plant
 
 
 class PortReason(enum.Enum):

@@ -19,6 +19,7 @@ from collections.abc import Callable
 __all__ = [
     "CHUNK",
     "MAX_LINE",
+    "SPLICE_BURST",
     "Capture",
     "LineObserver",
     "Ring",
@@ -32,6 +33,7 @@ LineObserver = Callable[[str, bytes], None]
 
 CHUNK = 1 << 20  # one read: the largest pipe buffer an unprivileged process may set
 MAX_LINE = 1 << 16  # a line longer than this reaches the observer in pieces (memory bound)
+SPLICE_BURST = 64  # splices per wake-up past the cap: <= 64 MiB before poll looks again
 _F_SETPIPE_SZ = 1031
 _PIPE_DEFAULT = 1 << 16  # a read this large means the pipe was full: grow it then
 _devnull_fd: int | None = None
@@ -153,17 +155,34 @@ class Capture(_Stream):
         if self._lines is not None:
             self._lines.feed(data)
 
+    def _discard(self, fd: int) -> bool:
+        """Past the cap: move what is there to ``/dev/null`` by ``splice``, in one burst.
+
+        Up to :data:`SPLICE_BURST` splices per wake-up, stopping as soon as the pipe is
+        empty: a child writing in small pieces (``head -c`` writes 4 KiB) keeps the
+        pipe busy, and one ``poll`` per piece would make this side the bottleneck. The
+        burst is bounded, so the other stream, the exit and the deadline are looked at
+        between bursts. Returns ``False`` at EOF.
+        """
+        if not self._grown:  # a child past the cap writes a lot: fewer wake-ups for both
+            self._grown = True
+            grow_pipe(fd)
+        null = devnull()
+        for _ in range(SPLICE_BURST):
+            try:
+                n = os.splice(fd, null, CHUNK)
+            except BlockingIOError:
+                return True
+            if not n:
+                return False
+            self.dropped += n
+            self.total += n
+        return True
+
     def read_from(self, fd: int) -> bool:
         """Read what is available on *fd*; return ``False`` at EOF."""
         if len(self._buf) >= self.cap and self._lines is None:
-            try:
-                n = os.splice(fd, devnull(), CHUNK)
-            except BlockingIOError:
-                return True
-            self.dropped += n
-            self.total += n
-            self._maybe_grow(fd, n)
-            return n > 0
+            return self._discard(fd)
         data = self._read(fd)
         if data is None:
             return True

@@ -10,7 +10,6 @@ Not guaranteed: ``cpu_s`` and ``address_space`` are per process, not per tree.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import resource
 import typing
 from collections.abc import Callable
@@ -107,7 +106,7 @@ _prctl: Callable[..., int] | None = None
 def _load_prctl() -> Callable[..., int]:
     global _prctl  # noqa: PLW0603 - loaded once, before any fork
     if _prctl is None:
-        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+        libc = ctypes.CDLL(None, use_errno=True)  # libc is in the process: no ldconfig run
         fn = libc.prctl
         fn.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
         fn.restype = ctypes.c_int

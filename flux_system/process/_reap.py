@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import os
 import signal
 import threading
@@ -81,7 +80,9 @@ def ensure_subreaper() -> None:
     with _lock:
         if _subreaper_set:
             return
-        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+        # The process's own symbols (libc among them): no find_library, which runs
+        # `ldconfig -p` as a child process.
+        libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
         _subreaper_set = True
 

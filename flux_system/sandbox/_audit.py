@@ -26,8 +26,8 @@ from typing import Any, Final, final
 
 from flux_system._exceptions import SandboxReason, SandboxUnavailableError
 from flux_system.process import RunResult, System
-from flux_system.sandbox._audit_check import Out, check_level
-from flux_system.sandbox._audit_plan import Entry, capture_plan, make_plan
+from flux_system.sandbox._audit_check import Out, check_created, check_level
+from flux_system.sandbox._audit_plan import Entry, capture_plan, make_plan, normalised
 from flux_system.sandbox._audit_records import (
     MAX_AUDIT_RECORDS,
     AuditChange,
@@ -41,7 +41,7 @@ from flux_system.sandbox._audit_tree import (
     Budget,
     TreeError,
 )
-from flux_system.sandbox._protected import BUILTIN_PROTECTED
+from flux_system.sandbox._protected import BUILTIN_PROTECTED, git_dir_paths
 from flux_system.workspace import Workspace
 
 __all__ = [
@@ -102,13 +102,18 @@ class ProtectedPathAudit:
     Args:
         roots: the writable roots (paths or :class:`Workspace`).
         paths: relative protected paths (default :data:`DEFAULT_PROTECTED_PATHS`).
+        git_dirs: also the hooks, config, ``config.worktree`` and ``commondir`` of
+            every git directory below ``.git/modules`` and ``.git/worktrees`` (found
+            before the run and again after it: one made by the run is reported as
+            created and, with ``restore``, its protected names removed).
         max_entries, max_bytes: narrower bounds than :data:`MAX_AUDIT_ENTRIES` and
             :data:`MAX_AUDIT_BYTES` (names captured, file bytes kept), for all roots.
 
     Raises:
         TypeError, ValueError: bad arguments.
         SandboxUnavailableError: layer ``protected_paths`` — a root cannot be opened,
-            or a protected path is unreadable or over a bound.
+            or a protected path is unreadable or over a bound (also: more git
+            directories than ``MAX_GIT_DIRS``).
     """
 
     def __init__(
@@ -118,23 +123,33 @@ class ProtectedPathAudit:
         *,
         max_entries: int = MAX_AUDIT_ENTRIES,
         max_bytes: int = MAX_AUDIT_BYTES,
+        git_dirs: bool = True,
     ) -> None:
         if isinstance(roots, str | os.PathLike | Workspace):
             roots = (roots,)
         if not 0 < max_entries <= MAX_AUDIT_ENTRIES or not 0 <= max_bytes <= MAX_AUDIT_BYTES:
             raise ValueError("max_entries and max_bytes may only narrow the audit's bounds")
-        self._roots: list[tuple[str, int, dict[str, Entry]]] = []
+        self._roots: list[tuple[str, int, dict[str, Entry], frozenset[str]]] = []
+        self._git_dirs = git_dirs
         names = tuple(paths) if not isinstance(paths, str) else paths
+        make_plan(names)  # bad names refused before any root is opened
         budget = Budget(max_entries, max_bytes)
         try:
             for root in roots:
                 path = _root_path(root)
-                plan = make_plan(names)
                 try:
                     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
                 except OSError as exc:
                     raise _unavailable(f"root cannot be opened ({exc.strerror})", path) from exc
-                self._roots.append((path, fd, plan))
+                found: tuple[str, ...] = ()
+                if git_dirs:
+                    git = git_dir_paths(fd)
+                    if not git.complete:
+                        os.close(fd)
+                        raise _unavailable("too many directories below .git/modules", path)
+                    found = git.paths
+                plan = make_plan((*names, *found))
+                self._roots.append((path, fd, plan, normalised((*names, *found))))
                 try:
                     capture_plan(fd, plan, "", budget)
                 except TreeError as exc:
@@ -146,7 +161,7 @@ class ProtectedPathAudit:
     def close(self) -> None:
         """Release the roots. Idempotent."""
         roots, self._roots = self._roots, []
-        for _path, fd, _ in roots:
+        for _path, fd, _, _ in roots:
             os.close(fd)
 
     def __enter__(self) -> ProtectedPathAudit:
@@ -164,9 +179,14 @@ class ProtectedPathAudit:
         if not self._roots:
             raise RuntimeError("ProtectedPathAudit.check after close()")
         out = Out(restore)
-        for path, fd, plan in self._roots:
+        for path, fd, plan, planned in self._roots:
             out.root = path
             check_level(fd, plan, "", out)
+            if self._git_dirs:  # git directories the run made: their names were absent
+                git = git_dir_paths(fd)
+                check_created(fd, [p for p in git.paths if p not in planned], out)
+                if not git.complete:
+                    out.add(".git/modules", AuditChange.UNREADABLE, None, None, False)
         return AuditReport(tuple(out.records), restore, out.dropped)
 
 
@@ -192,6 +212,7 @@ def audit_protected_paths(
     paths: Iterable[str] = DEFAULT_PROTECTED_PATHS,
     *,
     restore: bool = False,
+    git_dirs: bool = True,
 ) -> Iterator[AuditHandle]:
     """Snapshot on entry; on exit (also when the block raised) check and maybe restore.
 
@@ -205,7 +226,7 @@ def audit_protected_paths(
         SandboxUnavailableError, TypeError, ValueError: as :class:`ProtectedPathAudit`.
     """
     handle = AuditHandle()
-    with ProtectedPathAudit(roots, paths) as audit:
+    with ProtectedPathAudit(roots, paths, git_dirs=git_dirs) as audit:
         try:
             yield handle
         finally:

@@ -21,7 +21,7 @@ from flux_system.sandbox._audit_tree import (
 )
 from flux_system.workspace import FileKind
 
-__all__ = ["MARKS", "Entry", "capture_plan", "make_plan"]
+__all__ = ["MARKS", "Entry", "capture_plan", "make_plan", "normalised"]
 
 MARKS: Final = 16  # entries of a parent recorded to recognise it (inode numbers are reused)
 
@@ -46,6 +46,11 @@ def _components(path: object) -> tuple[str, ...]:
     if not parts or path.startswith("/") or ".." in parts or "\x00" in path:
         raise ValueError(f"protected path must be relative, without '..': {path!r}")
     return parts
+
+
+def normalised(paths: Iterable[str]) -> frozenset[str]:
+    """The paths as the plan holds them (``a/b``: no ``.``, no empty component)."""
+    return frozenset("/".join(_components(p)) for p in paths)
 
 
 def make_plan(paths: Iterable[str]) -> dict[str, Entry]:

@@ -30,7 +30,10 @@ class AuditRecord:
     """One difference, as the run result reports it (``layer`` ``protected_paths``).
 
     ``path`` is relative to ``root``; ``before``/``after`` the kinds (``None``:
-    absent); ``restored`` whether the snapshot's state was put back.
+    absent); ``restored`` whether the snapshot's state was put back; ``found_at``,
+    for a directory renamed away during the run, the name (relative to ``root``) the
+    original was found under — with ``restored``, it was moved back from there (so
+    that name is gone) and what stood in its place was removed.
     """
 
     root: str
@@ -40,6 +43,7 @@ class AuditRecord:
     after: FileKind | None
     restored: bool = False
     layer: str = field(default="protected_paths")
+    found_at: str = ""
 
 
 @final

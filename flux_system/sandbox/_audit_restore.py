@@ -12,20 +12,20 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
 import stat
 
 from flux_system.sandbox._audit_tree import Node, kind_of, lstat_or_none
 from flux_system.workspace import FileKind
 from flux_system.workspace._rmtree import remove_tree
 
-__all__ = ["make_dir", "put_leaf", "remove_name", "set_mode"]
+__all__ = ["make_dir", "put_leaf", "remove_name", "set_mode", "temp_name"]
 
 _TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def _temp_name(name: str) -> str:
-    return f".{name[:40]}.flux-restore-{secrets.token_hex(6)}"
+def temp_name(name: str) -> str:
+    """A fresh hidden name beside *name* for a temporary (random: never guessed first)."""
+    return f".{name[:40]}.flux-restore-{os.urandom(6).hex()}"
 
 
 def remove_name(dirfd: int, name: str) -> None:
@@ -50,7 +50,7 @@ def put_leaf(dirfd: int, name: str, node: Node) -> None:
         OSError: for the caller to record (the temporary is removed first).
         ValueError: *node* is of a kind that cannot be made again (socket, device).
     """
-    tmp = _temp_name(name)
+    tmp = temp_name(name)
     made = False
     try:
         if node.kind is FileKind.FILE:

@@ -11,7 +11,6 @@ is read as text and never resolved.
 from __future__ import annotations
 
 import errno
-import hashlib
 import os
 import stat
 from dataclasses import dataclass
@@ -202,7 +201,13 @@ def capture(
                 os.close(fd)
     except OSError as exc:
         raise TreeError(exc.strerror or "unreadable", path) from exc
-    digest = None if data is None else hashlib.sha256(data).digest()
+    digest = None if data is None else _sha256(data)
     return Node(
         kind, stat.S_IMODE(st.st_mode), (st.st_dev, st.st_ino), st.st_nlink, data, digest, children
     )
+
+
+def _sha256(data: bytes) -> bytes:
+    import hashlib  # here: a run that never reads a protected file never pays for it
+
+    return hashlib.sha256(data).digest()

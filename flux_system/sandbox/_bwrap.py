@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 
 from flux_system.sandbox._protected import Found
 
-__all__ = ["BwrapView", "command_line", "memfd_with", "system_view"]
+__all__ = ["PROC_READ_ONLY", "BwrapView", "command_line", "memfd_with", "system_view"]
 
 _SEALS = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
 
@@ -51,6 +51,17 @@ def memfd_with(name: str, data: bytes) -> int:
 
 
 BwrapView = tuple[str, ...]
+
+# Host-global kernel settings in the sandbox's fresh /proc, made read-only (what OCI
+# runtimes make read-only): a root caller is uid 0 inside and owns them, so without
+# this it could write any sysctl — kernel.core_pattern = "|/ws/evil" runs a program
+# of its choice as host root on the next crash — or /proc/sysrq-trigger. The source is
+# the host's /proc (bwrap binds from the old root); sysctl files answer for the
+# reader's namespaces, so the sandbox still reads its own network settings.
+PROC_READ_ONLY: tuple[str, ...] = ("sys", "sysrq-trigger", "irq", "bus", "fs")
+_PROC_OPTS: tuple[str, ...] = tuple(
+    opt for name in PROC_READ_ONLY for opt in ("--ro-bind-try", f"/proc/{name}", f"/proc/{name}")
+)
 
 
 def system_view(read_only: Sequence[str], etc: Sequence[str]) -> tuple[BwrapView, frozenset[str]]:
@@ -112,7 +123,7 @@ def command_line(
     if disable_userns:
         opts.append("--disable-userns")
     opts += list(fixed)
-    opts += ["--proc", "/proc", "--dev", "/dev"]
+    opts += ["--proc", "/proc", *_PROC_OPTS, "--dev", "/dev"]
     opts += ["--tmpfs", "/tmp", "--tmpfs", "/dev/shm"]
     opts += ["--perms", "0700", "--tmpfs", home]
     fds: list[int] = []

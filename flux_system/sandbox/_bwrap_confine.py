@@ -27,6 +27,7 @@ from flux_system._exceptions import (
 from flux_system.process import Limits
 from flux_system.process._confine import Denials, Launch
 from flux_system.sandbox._bwrap_init import reap_init, start_time
+from flux_system.sandbox._extra_paths import check_extra_paths
 from flux_system.sandbox._extras import RunExtras
 from flux_system.sandbox._protected import BUILTIN_PROTECTED, Found, find_protected
 
@@ -122,6 +123,11 @@ class BwrapConfinement:
         check_home(self._roots, sandbox.settings.allow_home_workspace)
         self._fixed, visible = _bwrap.system_view(profile.read_only, profile.etc)
         settings = sandbox.settings
+        check_extra_paths(
+            (p for _, p, w in self._roots if w),
+            settings.read_only,
+            (*profile.read_write, *settings.read_write),
+        )
         self._extra_ro = tuple(p for p in (*settings.read_only,) if os.path.exists(p))
         self._extra_rw = tuple(
             p for p in (*profile.read_write, *settings.read_write) if os.path.exists(p)

@@ -82,7 +82,8 @@ class RunExtras:
             finally:
                 self._audit.close()
             for r in report.records:
-                detail = r.change.value + (", restored" if r.restored else "")
+                found = f", the original found at {r.found_at}" if r.found_at else ""
+                detail = r.change.value + found + (", restored" if r.restored else "")
                 records.append(
                     Denial(
                         layer="protected_paths",

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import platform
 import stat
 import typing
 
@@ -115,7 +114,7 @@ _libc.prctl.restype = ctypes.c_int
 
 
 def _syscall(name: str, *args: object) -> int:
-    if platform.system() != "Linux":
+    if os.uname().sysname != "Linux":
         raise OSError(38, "Landlock is Linux-only")
     rc = int(_libc.syscall(ctypes.c_long(_NR[name]), *args))
     if rc < 0:

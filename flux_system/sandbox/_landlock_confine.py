@@ -29,6 +29,7 @@ from flux_system._exceptions import SandboxReason, SandboxUnavailableError
 from flux_system.process import Limits
 from flux_system.process._confine import Denials, Launch
 from flux_system.sandbox._bwrap_confine import check_home, limits_of, workspace_roots
+from flux_system.sandbox._extra_paths import check_extra_paths
 from flux_system.sandbox._extras import RunExtras
 from flux_system.sandbox._protected import BUILTIN_PROTECTED
 from flux_system.sandbox._spawner import Spawner
@@ -51,6 +52,11 @@ class LandlockConfinement:
         settings = sandbox.settings
         roots = workspace_roots(ws)
         check_home(roots, settings.allow_home_workspace)
+        check_extra_paths(
+            (p for _, p, w in roots if w),
+            settings.read_only,
+            (*profile.read_write, *settings.read_write),
+        )
         self._tmp = tempfile.mkdtemp(prefix="flux-sandbox-")
         read = [
             *profile.read_only,
@@ -79,6 +85,7 @@ class LandlockConfinement:
             deny_inet=no_net,
             notify=True,
             extra_denied=_seccomp.METADATA_SYSCALLS
+            + _seccomp.IPC_SYSCALLS
             + (_seccomp.ROOT_METADATA_SYSCALLS if os.geteuid() == 0 else ()),
         )
         self._spawner = Spawner(rules, spec)

@@ -226,7 +226,11 @@ def report_of(
             "pid_namespace",
             bw,
             "bubblewrap",
-            "own pid namespace" if bw else "no pid namespace without bubblewrap",
+            "own pid namespace"
+            if bw
+            else "no pid namespace without bubblewrap: the host's processes are visible in "
+            "/proc, their command lines and status readable (environ, memory, fds and cwd "
+            "refused by Landlock's ptrace rule; signals scoped at ABI 6)",
         ),
         _g(
             "process_tree",
@@ -255,7 +259,9 @@ def report_of(
                         "no network namespace: TCP bind/connect denied by Landlock"
                         + (f" (ABI {abi})" if abi >= 4 else " needs ABI 4")
                         + ", inet sockets (so UDP too) refused by seccomp with network none;"
-                        " pathname unix sockets to host listeners are not confined"
+                        " pathname unix sockets to host listeners are not confined (a"
+                        " Docker or D-Bus socket, an X11 display: whatever this user may"
+                        " connect to)"
                     )
                 )
             ),
@@ -264,7 +270,14 @@ def report_of(
             "ipc_uts_namespaces",
             bw,
             "bubblewrap",
-            "own ipc, uts and cgroup namespaces" if bw else "needs bubblewrap",
+            "own ipc, uts and cgroup namespaces"
+            if bw
+            else "needs bubblewrap: the host's IPC and uts namespaces are shared; "
+            + (
+                "System V IPC and POSIX message queues are refused by seccomp instead"
+                if p.backend == "landlock" and sc
+                else "the host's System V IPC objects and POSIX message queues are reachable"
+            ),
         ),
         _g(
             "user_namespaces_closed",
@@ -303,7 +316,13 @@ def report_of(
                 if bw
                 else "Landlock cannot deny a path below a writable root"
             )
-            + ("; the post-run audit covers the rest" if settings.audit else "; no audit"),
+            + ("; the post-run audit covers the rest" if settings.audit else "; no audit")
+            + (
+                ""
+                if bw or not settings.audit or (host and host.tree_cgroups)
+                else ", but not what a process that outlives the run changes after the audit "
+                "(process_tree not enforced)"
+            ),
         ),
         _g("denial_reporting", p.backend == "landlock" and sc, "seccomp", p.denial_reason),
     ]

@@ -18,6 +18,7 @@ import ctypes.util
 import os
 import threading
 import typing
+from collections.abc import Iterator
 
 __all__ = [
     "ACT_ALLOW",
@@ -29,6 +30,7 @@ __all__ = [
     "CMP_EQ",
     "CMP_GE",
     "CMP_MASKED_EQ",
+    "CMP_NE",
     "ArgCmp",
     "LibSeccomp",
     "NotifReq",
@@ -47,6 +49,7 @@ ATTR_ACT_BADARCH = 2
 ATTR_CTL_NNP = 3
 ATTR_CTL_TSYNC = 4
 
+CMP_NE = 1  # enum scmp_compare
 CMP_EQ = 4
 CMP_GE = 5
 CMP_MASKED_EQ = 7
@@ -257,14 +260,21 @@ _lock = threading.Lock()
 _loaded: list[LibSeccomp | None] = []
 
 
+def _candidates() -> Iterator[str]:
+    yield "libseccomp.so.2"
+    found = ctypes.util.find_library("seccomp")
+    if found:
+        yield found
+
+
 def load() -> LibSeccomp | None:
     """The process's libseccomp, or ``None`` when the host has none (cached)."""
     with _lock:
         if not _loaded:
             lib: LibSeccomp | None = None
-            for name in ("libseccomp.so.2", ctypes.util.find_library("seccomp")):
-                if not name:
-                    continue
+            # The soname first; find_library (which runs `ldconfig -p` as a child
+            # process) only when the soname is not found.
+            for name in _candidates():
                 try:
                     lib = LibSeccomp(ctypes.CDLL(name, use_errno=True))
                     break

@@ -4,6 +4,12 @@ Default allow; the deny list below fails with ``EPERM`` (or answers as noted).
 - Dangerous syscalls: ptrace, cross-process memory, io_uring, bpf, perf, keyrings,
   userfaultfd, namespaces (``unshare``, ``setns``), the mount family, kexec, modules,
   ``open_by_handle_at`` and a few administrative calls that need capabilities anyway.
+- Calls that change *another* process given its pid, checked by the kernel only for a
+  matching uid (Landlock scopes signals and ptrace, not these; the Landlock-only
+  backend shares the host's pid namespace): ``prlimit64`` (``RLIMIT_CPU`` alone kills
+  the target), ``sched_setaffinity``/``setscheduler``/``setparam``/``setattr`` with a
+  pid other than 0, ``setpriority`` and ``ioprio_set`` with a ``who`` other than 0 or
+  for a whole user (``which`` compared on its low 32 bits: the kernel reads an int).
 - ``clone`` with any namespace flag is refused; ``clone3`` answers ``ENOSYS`` (its
   flags live in memory a filter cannot read), so libc falls back to ``clone``.
 - ``ioctl`` ``TIOCSTI``/``TIOCLINUX``, compared on the command's low 32 bits: the
@@ -30,7 +36,16 @@ from dataclasses import dataclass
 
 import flux_system.sandbox._libseccomp as L
 
-__all__ = ["DENIED_SYSCALLS", "FilterSpec", "build", "export_bytes", "export_memfd"]
+__all__ = [
+    "DENIED_SYSCALLS",
+    "IPC_SYSCALLS",
+    "PID_ARG_SYSCALLS",
+    "WHO_USER",
+    "FilterSpec",
+    "build",
+    "export_bytes",
+    "export_memfd",
+]
 
 DENIED_SYSCALLS: tuple[str, ...] = (
     "ptrace",
@@ -123,6 +138,30 @@ ROOT_METADATA_SYSCALLS: tuple[str, ...] = (
     "futimesat",
 )
 
+# And these, where there is no IPC namespace (the Landlock-only backend): System V
+# shared memory, message queues and semaphores, and POSIX message queues, live in the
+# host's IPC namespace, where a child could attach or read those of its uid's host
+# processes (Landlock does not mediate them). `shmdt` stays: it only detaches.
+IPC_SYSCALLS: tuple[str, ...] = (
+    "shmget",
+    "shmat",
+    "shmctl",
+    "msgget",
+    "msgsnd",
+    "msgrcv",
+    "msgctl",
+    "semget",
+    "semop",
+    "semtimedop",
+    "semctl",
+    "mq_open",
+    "mq_unlink",
+    "mq_timedsend",
+    "mq_timedreceive",
+    "mq_notify",
+    "mq_getsetattr",
+)
+
 CLONE_NS_FLAGS: tuple[int, ...] = (
     0x00020000,  # CLONE_NEWNS
     0x02000000,  # CLONE_NEWCGROUP
@@ -132,6 +171,18 @@ CLONE_NS_FLAGS: tuple[int, ...] = (
     0x20000000,  # CLONE_NEWPID
     0x40000000,  # CLONE_NEWNET
 )  # (CLONE_NEWTIME shares its bit with clone's exit signal: clone cannot set it)
+
+# Their first argument is a pid; refused unless it is 0 (the caller itself). Compared
+# on all 64 bits: any value the kernel could read as another pid is non-zero there.
+PID_ARG_SYSCALLS: tuple[str, ...] = (
+    "prlimit64",
+    "sched_setaffinity",
+    "sched_setscheduler",
+    "sched_setparam",
+    "sched_setattr",
+)
+# (which, who) calls: refused for a who other than 0 and for which == "a whole user".
+WHO_USER: dict[str, int] = {"setpriority": 2, "ioprio_set": 3}  # PRIO_USER, IOPRIO_WHO_USER
 
 TIOCSTI = 0x5412
 TIOCLINUX = 0x541C
@@ -178,6 +229,15 @@ def build(lib: L.LibSeccomp, spec: FilterSpec) -> int:
             nr = lib.resolve(name)
             if nr is not None:
                 lib.rule(ctx, eperm, nr)
+        for name in PID_ARG_SYSCALLS:
+            nr = lib.resolve(name)
+            if nr is not None:
+                lib.rule(ctx, eperm, nr, (_cmp(0, L.CMP_NE, 0),))
+        for name, user in WHO_USER.items():
+            nr = lib.resolve(name)
+            if nr is not None:
+                lib.rule(ctx, eperm, nr, (_cmp(1, L.CMP_NE, 0),))
+                lib.rule(ctx, eperm, nr, (_cmp(0, L.CMP_MASKED_EQ, _LOW32, user),))
         clone, clone3 = lib.resolve("clone"), lib.resolve("clone3")
         if clone is not None:
             for flag in CLONE_NS_FLAGS:

@@ -29,7 +29,6 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
-import platform
 import stat
 import typing
 
@@ -111,7 +110,7 @@ def openat2_available() -> bool:
     if _openat2_state:
         return _openat2_state[0]
     ok = False
-    if platform.system() == "Linux" and platform.machine().lower() in _OPENAT2_ARCHES:
+    if os.uname().sysname == "Linux" and os.uname().machine.lower() in _OPENAT2_ARCHES:
         fd = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
             res = _syscall(_OPENAT2_NR, fd, b".", _how(os.O_PATH | os.O_CLOEXEC, 0), _HOW_SIZE)

@@ -17,6 +17,7 @@ from flux_system import (
     Privileges,
     ProcessError,
     ProcessReason,
+    ProcessTimeoutError,
     SpawnError,
     System,
 )
@@ -213,6 +214,22 @@ def test_both_streams_64mib_capped_no_deadlock_rss_bounded(system: System) -> No
     assert result.stdout_truncated and result.stderr_truncated
     assert result.stdout_dropped == result.stderr_dropped == (64 << 20) - (1 << 20)
     assert peak[0] - base < 24 << 20  # 2 x 1 MiB kept + chunks in flight, never 128 MiB
+
+
+def test_flood_past_the_cap_still_reads_the_other_stream_and_keeps_the_deadline(
+    tmp_path: Path,
+) -> None:
+    """Past the cap stdout is spliced away in bursts; stderr and the timeout still work.
+
+    ``yes`` floods stdout for the whole run; a line on stderr written in the middle is
+    captured, and the timeout ends the run on time with both captures in the error.
+    """
+    script = "yes & sleep 0.3; echo marker >&2; exec sleep 30"
+    with System(make_ws(tmp_path), output_cap=4096) as system:
+        with pytest.raises(ProcessTimeoutError) as info:
+            system.run(["sh", "-c", script], timeout=1.5)
+    assert info.value.stderr == b"marker\n"
+    assert info.value.stdout == b"y\n" * 2048  # the cap's worth, then spliced away
 
 
 def test_utf8_cut_at_cap_gives_replacement_char(tmp_path: Path) -> None:

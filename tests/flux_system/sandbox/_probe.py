@@ -51,5 +51,15 @@ out = {
     "userfaultfd": call("userfaultfd", 0),
     "perf_event_open": call("perf_event_open", 0, 0, 0, 0, 0),
     "setns": call("setns", -1, 0),
+    # Another process (pid 1: bwrap's init inside, the host's init on the Landlock
+    # backend; all harmless: a read-only prlimit, an empty affinity mask, a user with
+    # no processes): refused; the same on the caller itself (0) admitted.
+    "prlimit_self": call("prlimit64", 0, 13, 0, 0),
+    "prlimit_other": call("prlimit64", 1, 13, 0, 0),
+    "prlimit_other_high": call("prlimit64", 1 | HIGH, 13, 0, 0),
+    "affinity_other": call("sched_setaffinity", 1, 0, 0),
+    "setpriority_user": call("setpriority", 2, 54321, 0),
+    "setpriority_user_high": call("setpriority", 2 | HIGH, 0, 0),
+    "ioprio_user": call("ioprio_set", 3, 54321, 0),
 }
 print(json.dumps(out))

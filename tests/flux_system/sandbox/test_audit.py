@@ -139,10 +139,9 @@ def test_replaced_by_symlink_out_of_the_root_is_undone_without_touching_outside(
         (".vscode", AuditChange.REPLACED),
     }
     assert outside.read_bytes() == b"outside stays\n"
-    after = _tree(ws)
-    assert after.pop("vscode-away/settings.json") == ("file", b"{}\n", 0o644)
-    assert after.pop("vscode-away")[0] == "dir"  # not protected: left where the run put it
-    assert after == before
+    vscode = next(r for r in audit.report.records if r.path == ".vscode")
+    assert vscode.found_at == "vscode-away"  # the original, moved back: no copy left
+    assert _tree(ws) == before
 
 
 def test_rename_of_the_parent_is_detected_and_undone(ws: Path) -> None:
@@ -161,6 +160,65 @@ def test_rename_of_the_parent_is_detected_and_undone(ws: Path) -> None:
     assert _tree(ws) == before
 
 
+def test_protected_directory_renamed_away_and_replaced_comes_back(ws: Path) -> None:
+    """``mv .vscode .vscode-old && mkdir .vscode && write settings.json``, after a
+    ``tasks.json`` was planted in the original: the original comes back under its
+    name, the plant in it is removed, the replacement is gone, nothing is left beside."""
+    before = _tree(ws)
+    inode = (ws / ".vscode").stat().st_ino
+    with audit_protected_paths(ws, restore=True) as audit:
+        (ws / ".vscode" / "settings.json").write_bytes(b'{"evil": 1}\n')
+        (ws / ".vscode" / "tasks.json").write_bytes(b'{"tasks": ["evil"]}\n')
+        (ws / ".vscode").rename(ws / ".vscode-old")
+        (ws / ".vscode").mkdir()
+        (ws / ".vscode" / "settings.json").write_bytes(b'{"evil": 2}\n')
+        assert (ws / ".vscode-old" / "tasks.json").exists()  # positive control
+    records = {(r.path, r.change): r for r in audit.report.records}
+    assert set(records) == {
+        (".vscode", AuditChange.REPLACED),
+        (".vscode/settings.json", AuditChange.MODIFIED),
+        (".vscode/tasks.json", AuditChange.CREATED),
+    }
+    assert records[(".vscode", AuditChange.REPLACED)].found_at == ".vscode-old"
+    assert all(r.restored for r in audit.report.records)
+    assert (ws / ".vscode").stat().st_ino == inode
+    assert _tree(ws) == before
+
+
+def test_protected_directory_renamed_away_report_only_names_where(ws: Path) -> None:
+    with audit_protected_paths(ws) as audit:
+        (ws / ".vscode").rename(ws / ".vscode-old")
+    assert [(r.path, r.change, r.found_at, r.restored) for r in audit.report.records] == [
+        (".vscode", AuditChange.DELETED, ".vscode-old", False)
+    ]
+    assert (ws / ".vscode-old").is_dir() and not (ws / ".vscode").exists()
+
+
+def test_parent_renamed_onto_a_protected_name_is_not_removed_as_created(ws: Path) -> None:
+    """``mv .git .envrc``: ``.envrc`` is a protected name created by the run, and holds
+    the repository; the repository comes back as ``.git`` before ``.envrc`` is removed."""
+    before = _tree(ws)
+    with audit_protected_paths(ws, restore=True) as audit:
+        (ws / ".git").rename(ws / ".envrc")
+        (ws / ".git" / "hooks").mkdir(parents=True)
+        (ws / ".git" / "hooks" / "pre-commit").write_bytes(b"evil")
+    assert (ws / ".git" / "objects" / "ab").is_dir()
+    assert (".git", AuditChange.REPLACED) in _changes(audit.report.records)
+    assert _tree(ws) == before
+
+
+def test_two_protected_directories_swapped_are_both_put_back(ws: Path) -> None:
+    (ws / ".idea").mkdir()
+    (ws / ".idea" / "workspace.xml").write_bytes(b"<idea/>\n")
+    before = _tree(ws)
+    with audit_protected_paths(ws, restore=True) as audit:
+        (ws / ".vscode").rename(ws / "swap")
+        (ws / ".idea").rename(ws / ".vscode")
+        (ws / "swap").rename(ws / ".idea")
+    assert {r.path for r in audit.report.records} == {".vscode", ".idea"}
+    assert _tree(ws) == before
+
+
 def test_rename_then_report_only_shows_the_new_tree(ws: Path) -> None:
     with audit_protected_paths(ws) as audit:
         (ws / ".git").rename(ws / ".git-old")
@@ -168,6 +226,7 @@ def test_rename_then_report_only_shows_the_new_tree(ws: Path) -> None:
         (ws / ".git" / "hooks" / "pre-commit").write_bytes(b"evil")
     assert _changes(audit.report.records) == {
         (".git", AuditChange.REPLACED),
+        (".git/hooks", AuditChange.REPLACED),  # another directory than the original
         (".git/hooks/pre-commit", AuditChange.MODIFIED),
         (".git/config", AuditChange.DELETED),
     }

@@ -89,7 +89,7 @@ def test_landlock_run_rename_attack_is_undone(workspace: Workspace, root: Path) 
     assert "renamed" in result.stdout_text.split()  # positive control: no mount stops it
     assert result.denials is not None
     found = {(d.what, d.detail) for d in result.denials.records if d.layer == "protected_paths"}
-    assert (str(root / ".git"), "replaced, restored") in found
+    assert (str(root / ".git"), "replaced, the original found at .git-old, restored") in found
     assert (str(root / ".envrc"), "created, restored") in found
     assert (root / ".git").stat().st_ino == inode  # the original, renamed back
     assert (root / ".git" / "hooks" / "pre-commit").read_bytes() == HOOK
@@ -169,8 +169,65 @@ def test_audit_as_an_unprivileged_user() -> None:
     assert bwrap["stdout"] == ["rename-refused", "x"]  # positive control: .envrc written
     assert bwrap["records"] == [[".envrc", "created, restored"]]
     assert landlock["stdout"] == ["renamed", "x"]  # no mount: the rename happened
-    assert [".git", "replaced, restored"] in landlock["records"]
+    assert [".git", "replaced, the original found at .git-old, restored"] in landlock["records"]
     assert [".envrc", "created, restored"] in landlock["records"]
     for got_one in (bwrap, landlock):
         assert got_one["left"] == [".git"]
         assert got_one["hook"] == "#!/bin/sh\necho original\n"
+
+
+UNPRIVILEGED_LATE = r"""
+import json, os, tempfile, time
+from flux_system import System, Workspace
+from flux_system.sandbox import Sandbox, SandboxSettings
+
+base = os.path.join(os.path.dirname(os.path.abspath(__file__)), "work")
+root = tempfile.mkdtemp(dir=base)
+hook = os.path.join(root, ".git", "hooks", "pre-commit")
+os.makedirs(os.path.dirname(hook))
+with open(hook, "w") as fh:
+    fh.write("original\n")
+sandbox = Sandbox.resolve(SandboxSettings(mode="on", backend="landlock", audit=True))
+# The daemon says when it has its own session; the command waits for that (else the
+# tree kill may catch it still in the command's process group), then ends.
+late = "echo > detached; sleep 1; echo evil > .git/hooks/pre-commit; echo done > late-done"
+command = (
+    f"setsid /bin/sh -c '{late}' </dev/null >/dev/null 2>&1 & "
+    "while [ ! -e detached ]; do sleep 0.05; done; rm detached; echo started"
+)
+with Workspace(root) as ws, System(ws, sandbox=sandbox) as system:
+    r = system.run(["/bin/sh", "-c", command], timeout=60)
+for _ in range(100):  # the survivor acts after the run (and its audit) returned
+    if os.path.exists(os.path.join(root, "late-done")):
+        break
+    time.sleep(0.1)
+report = {g.name: [g.enforced, g.reason] for g in sandbox.report().guarantees}
+print(json.dumps({
+    "stdout": r.stdout_text.split(),
+    "records": [d.what for d in r.denials.records if d.layer == "protected_paths"],
+    "hook": open(hook).read(),
+    "process_tree": report["process_tree"],
+    "protected_paths": report["protected_paths"],
+}))
+"""
+
+
+def test_landlock_unprivileged_declares_changes_after_the_audit() -> None:
+    """Landlock-only, unprivileged, no pids cgroup: a daemon outlives the run and
+    rewrites a hook after the audit restored it. The report must say so (it cannot be
+    stopped there: no pid namespace, no cgroup to find the daemon by)."""
+    require_unprivileged()
+    require_landlock(6)
+    base = world_dir("flux-audit-late-")
+    try:
+        got = run_unprivileged(UNPRIVILEGED_LATE, base)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    assert got["stdout"] == ["started"]
+    assert got["records"] == []  # nothing changed while the run lasted
+    assert got["hook"] == "evil\n"  # positive control: the survivor changed it later
+    tree, protected = got["process_tree"], got["protected_paths"]
+    assert isinstance(tree, list) and isinstance(protected, list)
+    assert tree[0] is False
+    assert protected[0] is False
+    assert "outlives the run changes after the audit" in str(protected[1])

@@ -34,6 +34,10 @@ NAMES = [
     "userfaultfd",
     "perf_event_open",
     "setns",
+    "prlimit64",
+    "sched_setaffinity",
+    "setpriority",
+    "ioprio_set",
 ]
 
 EPERM, ENOSYS, EAFN = errno.EPERM, errno.ENOSYS, errno.EAFNOSUPPORT
@@ -58,6 +62,13 @@ EXPECTED = {
     "userfaultfd": EPERM,
     "perf_event_open": EPERM,
     "setns": EPERM,
+    "prlimit_self": 0,
+    "prlimit_other": EPERM,  # RLIMIT_CPU on a host process of the same uid kills it
+    "prlimit_other_high": EPERM,
+    "affinity_other": EPERM,
+    "setpriority_user": EPERM,
+    "setpriority_user_high": EPERM,  # the kernel reads `which` as an int
+    "ioprio_user": EPERM,
 }
 
 
@@ -93,6 +104,9 @@ def test_unconfined_positive_control(tmp_path: Path) -> None:
     assert got["tiocsti_high"] != EPERM or got["tiocsti"] != EPERM
     assert got["socket_packet"] != EAFN  # root may open a packet socket
     assert got["socket_unix"] == 0 and got["getpid"] == 0
+    assert got["prlimit_other"] == 0 and got["prlimit_other_high"] == 0  # reached pid 1
+    assert got["affinity_other"] != EPERM  # EINVAL: the kernel looked at the mask
+    assert got["setpriority_user"] == errno.ESRCH  # no process of that user: looked
 
 
 def test_bwrap_backend_denies_exactly_the_list(tmp_path: Path) -> None:
@@ -134,6 +148,12 @@ def test_landlock_backend_denies_and_records_each_denial(tmp_path: Path) -> None
         ("seccomp", "userfaultfd", EPERM, ""),
         ("seccomp", "perf_event_open", EPERM, ""),
         ("seccomp", "setns", EPERM, ""),
+        ("seccomp", "prlimit64", EPERM, ""),
+        ("seccomp", "prlimit64", EPERM, ""),
+        ("seccomp", "sched_setaffinity", EPERM, ""),
+        ("seccomp", "setpriority", EPERM, ""),
+        ("seccomp", "setpriority", EPERM, ""),
+        ("seccomp", "ioprio_set", EPERM, ""),
     ]
     assert all(isinstance(d, Denial) and d.pid for d in r.denials.records)
 

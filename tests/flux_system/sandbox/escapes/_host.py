@@ -9,6 +9,7 @@ snapshot is a whole tree's content, modes and types before and after a run.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import hashlib
 import os
 import selectors
@@ -211,6 +212,60 @@ def start_victim(uid: int | None, token: str) -> subprocess.Popen[bytes]:
         start_new_session=True,
         stdin=subprocess.DEVNULL,
     )
+
+
+_IPC_CREAT, _IPC_RMID, _IPC_NOWAIT = 0o1000, 0, 0o4000
+
+
+def _libc() -> ctypes.CDLL:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.shmat.restype = ctypes.c_void_p
+    libc.shmat.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
+    return libc
+
+
+def make_ipc(uid: int | None, token: str) -> dict[str, int]:
+    """A System V shared-memory segment and message queue of *uid* (mode 0600), each
+    holding *token*, as a host process of that user would have them.
+
+    Made in a forked child that takes *uid* first, so the objects are its own (as
+    their creator). Returns their keys and ids; :func:`remove_ipc` removes them.
+    """
+    key = 0x5EC00000 | (int(token[-5:], 16) & 0xFFFFF)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 1
+        try:
+            os.close(r)
+            if uid is not None:
+                os.setgroups([])
+                os.setresgid(uid, uid, uid)
+                os.setresuid(uid, uid, uid)
+            libc = _libc()
+            shm = libc.shmget(key, 4096, _IPC_CREAT | 0o600)
+            addr = libc.shmat(shm, None, 0)
+            data = f"shm:{token}".encode()
+            ctypes.memmove(addr, data, len(data))
+            libc.shmdt(ctypes.c_void_p(addr))
+            msg = libc.msgget(key + 1, _IPC_CREAT | 0o600)
+            body = b"\x01\0\0\0\0\0\0\0" + f"msg:{token}".encode()  # long mtype = 1
+            libc.msgsnd(msg, body, len(body) - 8, _IPC_NOWAIT)
+            os.write(w, f"{shm} {msg}".encode())
+            code = 0 if shm >= 0 and msg >= 0 else 1
+        finally:
+            os._exit(code)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        shm, msg = (int(x) for x in f.read().split())
+    os.waitpid(pid, 0)
+    return {"shm_key": key, "shm_id": shm, "msg_key": key + 1, "msg_id": msg}
+
+
+def remove_ipc(ipc: dict[str, int]) -> None:
+    libc = _libc()
+    libc.shmctl(ipc["shm_id"], _IPC_RMID, None)
+    libc.msgctl(ipc["msg_id"], _IPC_RMID, None)
 
 
 def alive_after_grace(procs: dict[str, subprocess.Popen[bytes]]) -> dict[str, bool]:

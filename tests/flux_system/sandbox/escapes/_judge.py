@@ -28,8 +28,24 @@ PROTECTED_OP_PATHS = {
     "idea-create": ".idea",
     "git-rename-parent": ".git",
     "vscode-rename-parent": ".vscode",
+    "commondir-create": ".git/commondir",
+    "config-worktree-create": ".git/config.worktree",
+    "submodule-hook-overwrite": ".git/modules/libs/foo/hooks/pre-commit",
+    "submodule-hook-create": ".git/modules/libs/foo/hooks/post-checkout",
+    "submodule-config-append": ".git/modules/libs/foo/config",
+    "worktree-commondir-overwrite": ".git/worktrees/wt1/commondir",
+    "worktree-config-create": ".git/worktrees/wt1/config.worktree",
+    "new-submodule-hook": ".git/modules/evil/hooks",
+    "cshrc-create": ".cshrc",
+    "tcshrc-create": ".tcshrc",
+    "kshrc-create": ".kshrc",
+    "inputrc-create": ".inputrc",
 }
 FUNCTIONAL_OPS = ("objects-writable", "index-writable")
+# What those steps may leave in the workspace (git's own data stays writable).
+# And what the audit leaves of a git directory the attack made (new-submodule-hook): the
+# directory itself, its protected names (hooks, config, ...) removed.
+FUNCTIONAL_PATHS = (".git/objects/fx", ".git/index", ".git/modules/evil")
 # The names the attack aims at, each with everything beneath it (DESIGN 2.5's list).
 PROTECTED_PREFIXES = (
     ".git/hooks",
@@ -42,6 +58,17 @@ PROTECTED_PREFIXES = (
     ".envrc",
     ".mcp.json",
     ".claude",
+    ".git/commondir",
+    ".git/config.worktree",
+    ".git/modules/libs/foo/hooks",
+    ".git/modules/libs/foo/config",
+    ".git/modules/evil/hooks",
+    ".git/worktrees/wt1/commondir",
+    ".git/worktrees/wt1/config.worktree",
+    ".cshrc",
+    ".tcshrc",
+    ".kshrc",
+    ".inputrc",
 )
 _EMPTY_CAPS = "0000000000000000"
 
@@ -141,8 +168,17 @@ def control_shows(case: dict[str, Any], user: str, out: CaseOutput | None, site:
             [] if site.results["_after"]["survivors"] else ["the control's daemon did not survive"]
         )
     if want == "protected":
+        # Each attack step lands unsandboxed (a protected path is reachable and
+        # writable by this user), and the workspace shows it.
+        bad = [
+            f"control step {op!r} did not work: {out.ops.get(op)}"
+            for op in PROTECTED_OP_PATHS
+            if op not in out.worked()
+        ]
         changed = host_diff(site, "wsp")
-        return [] if len(changed) >= 10 else [f"the control changed too little: {changed}"]
+        if len(changed) < 10:
+            bad.append(f"the control changed too little: {changed}")
+        return bad
     raise AssertionError(f"unknown control {want!r}")
 
 
@@ -186,15 +222,24 @@ def protected_changes(site: Any) -> dict[str, str]:
     """Changes under the protected names of the protected-paths workspace.
 
     Content, type, mode and owner count; the modification time does not (a restore
-    writes a fresh copy). Names outside the protected set (``.vscode-old`` left by a
-    rename the audit undid) are not the audit's to remove.
+    writes a fresh copy). A name created anywhere else in that workspace counts too
+    (``.vscode-old``, ``.git-old``: a protected directory renamed away must come back,
+    not be left beside its replacement), except what git's own writable data gained.
     """
     from ._host import diff
 
     def strip(snap: dict[str, Any]) -> dict[str, Any]:
         return {k: (*v[:5], 0, v[6]) for k, v in snap.items() if _protected_name(k)}
 
-    return diff(strip(site.before["wsp"]), strip(site.results["_after"]["wsp"]))
+    before, after = site.before["wsp"], site.results["_after"]["wsp"]
+    changed = diff(strip(before), strip(after))
+    changed.update(
+        (rel, "created (left behind)")
+        for rel in after.keys() - before.keys()
+        if not _protected_name(rel)
+        and not any(rel == p or rel.startswith(p + "/") for p in FUNCTIONAL_PATHS)
+    )
+    return changed
 
 
 def host_checks(case: dict[str, Any], site: Any, run: dict[str, Any]) -> list[str]:

@@ -54,6 +54,11 @@ PROTECTED_TREE = {
     ".git/hooks/pre-commit": "#!/bin/sh\necho original hook\n",
     ".git/objects/info/packs": "",
     ".git/refs/heads/.keep": "",
+    ".git/modules/libs/foo/HEAD": "ref: refs/heads/main\n",
+    ".git/modules/libs/foo/config": "[core]\n\tworktree = ../../../../libs/foo\n",
+    ".git/modules/libs/foo/hooks/pre-commit": "#!/bin/sh\necho original submodule hook\n",
+    ".git/worktrees/wt1/HEAD": "ref: refs/heads/topic\n",
+    ".git/worktrees/wt1/commondir": "../..\n",
     ".vscode/settings.json": '{"original": true}\n',
     ".bashrc": "# original bashrc\n",
     ".profile": "# original profile\n",
@@ -93,6 +98,7 @@ class Site:
     wires: dict[str, str] = field(default_factory=dict)
     wire_ok: str = field(default_factory=lambda: "fo" + secrets.token_hex(10))
     victims: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    ipc: dict[str, int] = field(default_factory=dict)  # System V objects of the user
     before: dict[str, dict[str, _host.Entry]] = field(default_factory=dict)
     results: dict[str, Any] = field(default_factory=dict)
     tmp_dir: Path | None = None
@@ -201,6 +207,7 @@ def lay_out(lab: Any, name: str, uid: int | None) -> Site:
     (site.tmp_dir / "canary").chmod(0o644)
     for v in ("victim", "sig1", "sig2", "sig3"):
         site.victims[v] = _host.start_victim(uid, site.token)
+    site.ipc = _host.make_ipc(uid, site.token)
     site.before = {k: _host.snapshot(site.path_of(k)) for k in _SNAPSHOTS}
     lab.recorder.answers[site.metadata_name] = "169.254.169.254"
     return site
@@ -232,6 +239,7 @@ def fill(template: str, site: Site, lab: Any, run: str) -> str:
         "sig2": str(site.victims["sig2"].pid),
         "sig3": str(site.victims["sig3"].pid),
         "tmp_canary": str(site.tmp_dir / "canary") if site.tmp_dir else "",
+        **{k: str(v) for k, v in site.ipc.items()},
         "tmp_dir_name": site.tmp_dir.name if site.tmp_dir else "",
         "plant": site.plant,
         "marker": site.marker,
@@ -328,6 +336,8 @@ def execute(site: Site, lab: Any, backend: str | None) -> None:
 
 def tear_down(site: Site) -> None:
     _host.stop(list(site.victims.values()))
+    if site.ipc:
+        _host.remove_ipc(site.ipc)
     for pid in _host.processes_with(site.marker):
         os.kill(pid, 9)
     for d in (site.tmp_dir, site.shm_dir):

@@ -39,6 +39,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/ipc.h>
+#include <sys/msg.h>
+#include <sys/shm.h>
+#include <sys/resource.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/ptrace.h>
@@ -403,6 +407,96 @@ static void case_signal(void) {
     run_op("kill", op_kill, (void *)(intptr_t)arg_int(0));
     run_op("killpg", op_kill, (void *)(intptr_t)-arg_int(1));
     run_op("pidfd", op_pidfd_kill, (void *)(intptr_t)arg_int(2));
+}
+
+/* limits=PID: change a host process of the same uid without a signal or ptrace: its
+ * resource limits (RLIMIT_CPU alone can kill it), nice value, CPU affinity, scheduling
+ * policy and I/O priority. Each changes the victim harmlessly (a sleeping process). */
+static int op_prlimit(void *a, char *d, size_t n) { (void)d; (void)n;
+    struct rlimit r = {0, 0};  /* RLIMIT_NICE: the victim may never raise its priority */
+    return syscall(SYS_prlimit64, (long)(intptr_t)a, RLIMIT_NICE, &r, NULL) ? errno : 0; }
+static int op_prlimit_high(void *a, char *d, size_t n) { (void)d; (void)n;
+    struct rlimit r = {0, 0};  /* the pid with high bits set: the kernel reads an int */
+    long pid = (long)(((unsigned long)1 << 32) | (unsigned long)(uint32_t)(intptr_t)a);
+    return syscall(SYS_prlimit64, pid, RLIMIT_NICE, &r, NULL) ? errno : 0; }
+static int op_setprio(void *a, char *d, size_t n) { (void)d; (void)n;
+    return syscall(SYS_setpriority, PRIO_PROCESS, (long)(intptr_t)a, 19) ? errno : 0; }
+static int op_affinity(void *a, char *d, size_t n) { (void)d; (void)n;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(0, &set);
+    return sched_setaffinity((pid_t)(intptr_t)a, sizeof set, &set) ? errno : 0; }
+static int op_sched_idle(void *a, char *d, size_t n) { (void)d; (void)n;
+    struct sched_param p = {0};
+    return sched_setscheduler((pid_t)(intptr_t)a, SCHED_IDLE, &p) ? errno : 0; }
+static int op_ioprio(void *a, char *d, size_t n) { (void)d; (void)n;
+    /* IOPRIO_WHO_PROCESS, IOPRIO_PRIO_VALUE(IOPRIO_CLASS_IDLE, 0) */
+    return syscall(SYS_ioprio_set, 1, (long)(intptr_t)a, 3 << 13) ? errno : 0; }
+
+static void case_limits(void) {
+    void *victim = (void *)(intptr_t)arg_int(0);
+    run_op("prlimit", op_prlimit, victim);
+    run_op("prlimit-highbits", op_prlimit_high, victim);
+    run_op("setpriority", op_setprio, victim);
+    run_op("affinity", op_affinity, victim);
+    run_op("sched-idle", op_sched_idle, victim);
+    run_op("ioprio", op_ioprio, victim);
+}
+
+/* ipc=SHMKEY|SHMID|MSGKEY|MSGID: a host process's System V shared memory and message
+ * queue (mode 0600, of this uid): look them up by key, attach or read them by id. */
+static int op_shm_key(void *a, char *d, size_t n) { (void)d; (void)n;
+    return shmget((key_t)(intptr_t)a, 0, 0) < 0 ? errno : 0; }
+static int op_shm_attach(void *a, char *d, size_t n) {
+    void *p = shmat((int)(intptr_t)a, NULL, SHM_RDONLY);
+    if (p == (void *)-1) return errno;
+    snprintf(d, n, "read %.4s", (const char *)p);
+    shmdt(p);
+    return 0;
+}
+static int op_msg_key(void *a, char *d, size_t n) { (void)d; (void)n;
+    return msgget((key_t)(intptr_t)a, 0) < 0 ? errno : 0; }
+static int op_msg_read(void *a, char *d, size_t n) {
+    struct { long type; char text[128]; } m;
+    /* MSG_COPY: look without taking it (needs CONFIG_CHECKPOINT_RESTORE), else take it */
+    if (msgrcv((int)(intptr_t)a, &m, sizeof m.text, 0, IPC_NOWAIT | 040000) < 0 &&
+        msgrcv((int)(intptr_t)a, &m, sizeof m.text, 0, IPC_NOWAIT) < 0)
+        return errno;
+    snprintf(d, n, "read %.4s", m.text);
+    return 0;
+}
+
+static void case_ipc(void) {
+    run_op("shm-by-key", op_shm_key, (void *)(intptr_t)arg_int(0));
+    run_op("shm-attach", op_shm_attach, (void *)(intptr_t)arg_int(1));
+    run_op("msg-by-key", op_msg_key, (void *)(intptr_t)arg_int(2));
+    run_op("msg-read", op_msg_read, (void *)(intptr_t)arg_int(3));
+}
+
+/* sysctl=NAME|NAME...: write host-global kernel settings below /proc/sys (each gets
+ * its own current value back: harmless when it works). A root caller is uid 0 inside;
+ * kernel.core_pattern = "|/ws/evil" would run a program as host root on a crash. */
+static int op_sysctl(void *a, char *d, size_t n) {
+    char path[256], value[512];
+    snprintf(path, sizeof path, "/proc/sys/%s", (const char *)a);
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) { int e = errno; snprintf(d, n, "read"); return e; }
+    ssize_t len = read(fd, value, sizeof value);
+    close(fd);
+    if (len <= 0) { snprintf(d, n, "read"); return len < 0 ? errno : EIO; }
+    fd = open(path, O_WRONLY);
+    if (fd < 0) return errno;
+    int e = write(fd, value, (size_t)len) == len ? 0 : errno;
+    close(fd);
+    return e;
+}
+
+static void case_sysctl(void) {
+    for (int i = 0; i < nargs; i++) {
+        char label[64];
+        snprintf(label, sizeof label, "sysctl:%s", args[i]);
+        run_op(label, op_sysctl, (void *)args[i]);
+    }
 }
 
 /* ---- unix and IP sockets ------------------------------------------------------- */
@@ -1055,6 +1149,18 @@ static int op_mkdir_create(void *a, char *d, size_t n) {
     return op_create_rel(a, d, n);
 }
 
+/* "a/b/c/file": mkdir -p a/b/c, then create file. */
+static int op_mkdirs_create(void *a, char *d, size_t n) {
+    char dir[256];
+    snprintf(dir, sizeof dir, "%s", (const char *)a);
+    for (char *p = strchr(dir + 1, '/'); p; p = strchr(p + 1, '/')) {
+        *p = 0;
+        if (mkdir(dir, 0755) && errno != EEXIST) { int e = errno; snprintf(d, n, "mkdir %s", dir); return e; }
+        *p = '/';
+    }
+    return op_create_rel(a, d, n);
+}
+
 /* "from|sub": rename from -> from-old, then recreate from/sub/... and plant a file. */
 static int op_rename_parent(void *a, char *d, size_t n) {
     const char *from = a;
@@ -1086,6 +1192,20 @@ static void case_protected(void) {
     run_op("mcp-create", op_create_rel, ".mcp.json");
     run_op("claude-create", op_mkdir_create, ".claude/settings.json");
     run_op("idea-create", op_mkdir_create, ".idea/workspace.xml");
+    /* Git directories that redirect or run code: .git/commondir and config.worktree,
+     * a submodule's git dir (name with a slash), a linked worktree's, a new one. */
+    run_op("commondir-create", op_create_rel, ".git/commondir");
+    run_op("config-worktree-create", op_create_rel, ".git/config.worktree");
+    run_op("submodule-hook-overwrite", op_overwrite, ".git/modules/libs/foo/hooks/pre-commit");
+    run_op("submodule-hook-create", op_create_rel, ".git/modules/libs/foo/hooks/post-checkout");
+    run_op("submodule-config-append", op_append_rel, ".git/modules/libs/foo/config");
+    run_op("worktree-commondir-overwrite", op_overwrite, ".git/worktrees/wt1/commondir");
+    run_op("worktree-config-create", op_create_rel, ".git/worktrees/wt1/config.worktree");
+    run_op("new-submodule-hook", op_mkdirs_create, ".git/modules/evil/hooks/post-checkout");
+    run_op("cshrc-create", op_create_rel, ".cshrc");
+    run_op("tcshrc-create", op_create_rel, ".tcshrc");
+    run_op("kshrc-create", op_create_rel, ".kshrc");
+    run_op("inputrc-create", op_create_rel, ".inputrc");
     /* Not an attack: git must still work inside (objects, refs and index writable). */
     run_op("objects-writable", op_mkdir_create, ".git/objects/fx/probe");
     run_op("index-writable", op_create_rel, ".git/index");
@@ -1107,6 +1227,9 @@ static struct entry cases[] = {
     {"proc-environ", case_proc_environ, 1},
     {"ptrace", case_ptrace, 0},
     {"signal", case_signal, 0},
+    {"limits", case_limits, 0},
+    {"ipc", case_ipc, 0},
+    {"sysctl", case_sysctl, 0},
     {"unix", case_unix, 0},
     {"tcp", case_tcp, 0},
     {"udp", case_udp, 0},
