@@ -258,7 +258,15 @@ class Client:
         call = Call(next(self._ids), op)
         call.on_chunk = on_chunk
         call.on_event = on_event
-        frames = [encode_request(call.id, op, args, max_frame=self._max_frame)]
+        try:
+            frames = [encode_request(call.id, op, args, max_frame=self._max_frame)]
+        except UnicodeEncodeError as exc:  # a lone surrogate: no UTF-8 JSON can carry it
+            raise PortError(
+                f"{op}: an argument is not valid Unicode text (a lone surrogate)",
+                op=op,
+                target=self.target,
+                reason=PortReason.PROTOCOL,
+            ) from exc
         if upload is not None:
             stream, data = upload
             step = self.max_chunk

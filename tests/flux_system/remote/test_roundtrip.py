@@ -361,3 +361,15 @@ def test_canonical_and_general_read_requests_are_answered_alike(tmp_path: Path) 
             assert answers[0] == answers[1], body[:120]
         s.close()
     assert recognised >= 6  # positive control: the recognised spelling was exercised
+
+
+def test_unencodable_argument_is_a_typed_error(remote) -> None:  # type: ignore[no-untyped-def]
+    # A lone surrogate cannot travel in UTF-8 JSON (the server's models refuse it too):
+    # the client says so with a PortError instead of letting UnicodeEncodeError out.
+    _, sub = remote
+    with pytest.raises(PortError) as info:
+        sub.files.read_bytes("\udcff")
+    assert info.value.reason is PortReason.PROTOCOL and info.value.op == "read_bytes"
+    with pytest.raises(PortError):
+        sub.files.write_bytes("a\udcff", b"x")
+    assert sub.files.exists(".")  # the connection is unharmed
