@@ -161,6 +161,10 @@ class FrameDecoder:
         """
         if self._failed:
             raise protocol_error("the stream lost its framing earlier")
+        if self._need is None and not self._buf and len(data) > HEADER.size:
+            (length,) = HEADER.unpack_from(data)
+            if len(data) == HEADER.size + length and length <= self._max:
+                return [data[HEADER.size :]]  # exactly one whole frame: no buffering
         self._buf += data
         out: list[bytes] = []
         try:

@@ -334,3 +334,19 @@ def test_encode_read_request_is_byte_identical(
             encode_request(rid, "read_bytes", args)
         return
     assert encode_request(rid, "read_bytes", args) == expected
+
+
+def test_whole_frame_fed_at_once_is_checked_like_any_other() -> None:
+    # One recv often carries exactly one frame (a shortcut skips buffering it): the
+    # ceiling and the empty frame are still refused, and the frame after it still parses.
+    body = b'{"type":"ping","nonce":1}'
+    with pytest.raises(PortError, match="ceiling"):
+        FrameDecoder(max_frame=len(body) - 1).feed(struct.pack(">I", len(body)) + body)
+    with pytest.raises(PortError, match="length 0"):
+        FrameDecoder().feed(struct.pack(">I", 0))
+    decoder = FrameDecoder(max_frame=len(body))
+    assert decoder.feed(struct.pack(">I", len(body)) + body) == [{"type": "ping", "nonce": 1}]
+    assert decoder.at_boundary()
+    two = (struct.pack(">I", len(body)) + body) * 2
+    assert decoder.feed(two[:7]) == []
+    assert decoder.feed(two[7:]) == [{"type": "ping", "nonce": 1}] * 2
