@@ -80,14 +80,18 @@ class RuleTrace:
         return {"rule": self.rule_id, "kind": self.kind, "applied": self.applied, "why": self.why}
 
 
+_NO_CONTEXT: Mapping[str, object] = types.MappingProxyType({})
+
+
 @typing.final
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Request:
     """What is asked: may *subject* do *action* on *resource*, in this context.
 
     ``now`` is explicit: a rule with a validity window cannot be evaluated without it
     (a grant then does not apply; a deny does). ``trust`` is a name from the policy's
-    trust order, or ``None``. ``context`` values are JSON-like values compared by type.
+    trust order, or ``None``. ``context`` values are JSON-like values compared by type;
+    the request keeps a read-only copy.
 
     Raises:
         TypeError: an argument of the wrong type (named in the message).
@@ -97,34 +101,69 @@ class Request:
     subject: str
     action: str
     resource: str
-    trust: str | None = None
-    scopes: frozenset[str] = frozenset()
-    context: Mapping[str, object] = field(default_factory=dict)
-    now: dt.datetime | None = None
+    trust: str | None
+    scopes: frozenset[str]
+    context: Mapping[str, object]
+    now: dt.datetime | None
 
-    def __post_init__(self) -> None:
-        for name in ("subject", "action", "resource"):
-            if not isinstance(getattr(self, name), str):
-                raise TypeError(f"{name} must be a str")
-        if self.trust is not None and not isinstance(self.trust, str):
+    def __init__(  # noqa: PLR0917 - the dataclass's own positional signature
+        self,
+        subject: str,
+        action: str,
+        resource: str,
+        trust: str | None = None,
+        scopes: frozenset[str] = frozenset(),
+        context: Mapping[str, object] = _NO_CONTEXT,
+        now: dt.datetime | None = None,
+    ) -> None:
+        # Checked, then stored through the slots directly: a frozen dataclass's own
+        # __init__ pays an object.__setattr__ per field (requests are made per call).
+        if not (type(subject) is str and type(action) is str and type(resource) is str):
+            for name, value in (("subject", subject), ("action", action), ("resource", resource)):
+                if not isinstance(value, str):
+                    raise TypeError(f"{name} must be a str")
+        if trust is not None and not isinstance(trust, str):
             raise TypeError("trust must be a str or None")
-        scopes: object = self.scopes
-        if isinstance(scopes, str) or not isinstance(scopes, Iterable):
-            raise TypeError("scopes must be an iterable of str, not str")
-        frozen = frozenset(scopes)
-        if not all(isinstance(s, str) for s in frozen):
-            raise TypeError("scopes must be an iterable of str")
-        object.__setattr__(self, "scopes", frozen)
-        if not isinstance(self.context, Mapping) or not all(
-            isinstance(k, str) for k in self.context
-        ):
-            raise TypeError("context must be a mapping with str keys")
-        object.__setattr__(self, "context", types.MappingProxyType(dict(self.context)))
-        if self.now is not None:
-            if not isinstance(self.now, dt.datetime):
+        if not (type(scopes) is frozenset and not scopes):  # the default: nothing to check
+            given: object = scopes
+            if isinstance(given, str) or not isinstance(given, Iterable):
+                raise TypeError("scopes must be an iterable of str, not str")
+            scopes = frozenset(given)
+            if not all(isinstance(s, str) for s in scopes):
+                raise TypeError("scopes must be an iterable of str")
+        if context is not _NO_CONTEXT:
+            if type(context) is dict and not context:
+                context = _NO_CONTEXT
+            else:
+                if not isinstance(context, Mapping) or not all(isinstance(k, str) for k in context):
+                    raise TypeError("context must be a mapping with str keys")
+                context = types.MappingProxyType(dict(context))
+        if now is not None:
+            if not isinstance(now, dt.datetime):
                 raise TypeError("now must be a datetime or None")
-            if self.now.tzinfo is None or self.now.utcoffset() is None:
+            if now.tzinfo is None or now.utcoffset() is None:
                 raise ValueError("now must be timezone-aware")
+        _SET_SUBJECT(self, subject)
+        _SET_ACTION(self, action)
+        _SET_RESOURCE(self, resource)
+        _SET_TRUST(self, trust)
+        _SET_SCOPES(self, scopes)
+        _SET_CONTEXT(self, context)
+        _SET_NOW(self, now)
+
+
+(
+    _SET_SUBJECT,
+    _SET_ACTION,
+    _SET_RESOURCE,
+    _SET_TRUST,
+    _SET_SCOPES,
+    _SET_CONTEXT,
+    _SET_NOW,
+) = (getattr(Request, name).__set__ for name in Request.__slots__)
+assert Request.__slots__ == (
+    "subject", "action", "resource", "trust", "scopes", "context", "now"
+)  # fmt: skip
 
 
 @typing.final
@@ -173,10 +212,14 @@ def make_decision(
 ) -> Decision:
     """Assemble a decision: sorts rules and errors, words the reasons."""
     rules = tuple(sorted(set(determining)))
-    errs = tuple(sorted(set(errors), key=_error_key))
-    erring = {e.rule_id for e in errs}
+    errs: tuple[RuleError, ...] = ()
+    erring: set[str | None] = set()
     reasons: list[str] = []
-    request_errors = [e for e in errs if e.rule_id is None]
+    request_errors: list[RuleError] = []
+    if errors:  # (an empty list or tuple: nothing to sort, word or mark)
+        errs = tuple(sorted(set(errors), key=_error_key))
+        erring = {e.rule_id for e in errs}
+        request_errors = [e for e in errs if e.rule_id is None]
     for e in request_errors:
         reasons.append(f"request refused: {e.field} {e.detail}")
     if effect is Effect.DENY and not rules and not request_errors:

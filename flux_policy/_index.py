@@ -9,14 +9,23 @@ A request looks up its own subject, action, path prefixes and segments, and chec
 only the rules filed under one of them: the cost depends on the depth of the path
 and the number of rules that share a key with it, not on the size of the policy.
 
+Decision cache (opt-in, ``cache=N``): when no rule of the policy has a validity window
+or a condition, a decision is a function of the request's subject, action, resource,
+trust and scopes alone (``now`` and ``context`` are read only by those two checks), so
+decisions are kept by exactly those values plus the policy digest, at most *N* of them
+(the oldest dropped first). With a window or a condition anywhere in the policy nothing
+is cached. The evaluator's policy is immutable and cannot be replaced (``policy`` is
+read-only), so a kept decision can never outlive the policy it was made under.
+
 Guarantee: decides exactly as :class:`~flux_policy.ReferenceEvaluator` (checked by a
-differential test). Not guaranteed: constant time — rules with no literal subject,
+differential test), cached or not. Not guaranteed: constant time — rules with no literal subject,
 action, prefix or segment to tell them apart (``**/*.py{i}``) are offered to every
 request, a linear scan of those rules (docs/decisions/0043-policy-index-every-dimension.md).
 """
 
 from __future__ import annotations
 
+import threading
 import typing
 from dataclasses import dataclass
 
@@ -31,23 +40,30 @@ from flux_policy._decision import (
     make_decision,
 )
 from flux_policy._glob import Matcher, compile_pattern, has_wildcard
-from flux_policy._pattern import GROUP_PREFIXES, name_problem
+from flux_policy._pattern import GROUP_PREFIXES, MAX_NAME_LENGTH, has_control, name_problem
 from flux_policy._policy import ConditionOp, Policy, Rule, RuleKind
 
 __all__ = ["IndexedEvaluator"]
 
+_Key = tuple[str, str, str, str, "str | None", frozenset[str]]
+
 
 @dataclass(slots=True)
 class _Names:
-    """A compiled set of patterns: literals in a set, wildcards as matchers."""
+    """A compiled set of patterns: literals in a set, wildcards as matchers.
+    ``everything``: one pattern is ``**``, which every name matches."""
 
     literals: frozenset[str]
     wild: tuple[Matcher, ...]
+    everything: bool = False
 
     def __call__(self, name: str) -> bool:
-        if name in self.literals:
+        if self.everything or name in self.literals:
             return True
-        return any(m(name) for m in self.wild)
+        for m in self.wild:  # noqa: SIM110 - a loop, not any(<genexpr>): no generator per call
+            if m(name):
+                return True
+        return False
 
 
 @dataclass(slots=True)
@@ -61,6 +77,9 @@ class _Compiled:
     min_rank: int | None
     max_rank: int | None
     scopes: frozenset[str]
+    kind: str  # rule.kind.value
+    # no trust bound, scope, window or condition: _check would find nothing to refuse
+    plain: bool
 
 
 def _flatten(groups: typing.Mapping[str, tuple[str, ...]]) -> dict[str, frozenset[str]]:
@@ -93,14 +112,30 @@ class IndexedEvaluator:
     order never matters. The resource is normalised first; ``..`` above its start, an
     empty, over-long or control-character name, or a group name denies the request.
 
+    With ``cache=N`` (N > 0), up to N decisions of a policy without windows and
+    conditions are kept and returned again for an equal request (module docstring).
+
     Raises:
-        TypeError: *policy* is not a :class:`~flux_policy.Policy`.
+        TypeError: *policy* is not a :class:`~flux_policy.Policy`; *cache* not an int.
+        ValueError: *cache* negative.
     """
 
-    def __init__(self, policy: Policy) -> None:
+    def __init__(self, policy: Policy, *, cache: int = 0) -> None:
         if not isinstance(policy, Policy):
             raise TypeError("policy must be a Policy")
-        self.policy = policy
+        if type(cache) is not int:
+            raise TypeError("cache must be an int")
+        if cache < 0:
+            raise ValueError("cache must be >= 0")
+        self._policy = policy
+        # A decision reads `now` only for a rule with a window and `context` only for a
+        # rule with conditions: without either, nothing else of the request matters.
+        timeless = not any(
+            r.not_before is not None or r.not_after is not None or r.when for r in policy.rules
+        )
+        self._cache_max = cache if timeless else 0
+        self._cache: dict[_Key, Decision] = {}
+        self._cache_lock = threading.Lock()
         self._ranks = {name: i for i, name in enumerate(policy.trust_levels)}
         self._leaves = _flatten(policy.groups)
         self._compiled = [self._compile(i, r) for i, r in enumerate(policy.rules)]
@@ -115,6 +150,11 @@ class IndexedEvaluator:
             ]
         )
 
+    @property
+    def policy(self) -> Policy:
+        """The policy this evaluator decides under (fixed for its lifetime)."""
+        return self._policy
+
     def _expand(self, entries: tuple[str, ...]) -> set[str]:
         out: set[str] = set()
         for entry in entries:
@@ -125,7 +165,7 @@ class IndexedEvaluator:
         patterns = self._expand(entries)
         literals = frozenset(p for p in patterns if not has_wildcard(p))
         wild = tuple(compile_pattern(p) for p in sorted(patterns - literals))
-        return _Names(literals, wild)
+        return _Names(literals, wild, "**" in patterns)
 
     def _compile(self, order: int, rule: Rule) -> _Compiled:
         return _Compiled(
@@ -138,6 +178,15 @@ class IndexedEvaluator:
             min_rank=None if rule.min_trust is None else self._ranks[rule.min_trust],
             max_rank=None if rule.max_trust is None else self._ranks[rule.max_trust],
             scopes=frozenset(rule.scopes),
+            kind=rule.kind.value,
+            plain=(
+                rule.min_trust is None
+                and rule.max_trust is None
+                and not rule.scopes
+                and rule.not_before is None
+                and rule.not_after is None
+                and not rule.when
+            ),
         )
 
     def _candidates(self, subject: str, action: str, resource: str) -> list[_Compiled]:
@@ -151,7 +200,31 @@ class IndexedEvaluator:
         return out
 
     def _request_errors(self, request: Request) -> tuple[list[RuleError], str]:
-        errors = [
+        subject, action, original = request.subject, request.action, request.resource
+        if (
+            # every name_problem below is None exactly when this holds (the control
+            # class matches single code points, so it finds one in the joined text iff
+            # in one of the names); a str subclass takes the per-name checks
+            type(subject) is str
+            and type(action) is str
+            and type(original) is str
+            and 0 < len(subject) <= MAX_NAME_LENGTH
+            and 0 < len(action) <= MAX_NAME_LENGTH
+            and 0 < len(original) <= MAX_NAME_LENGTH
+            and not subject.startswith(GROUP_PREFIXES)
+            and not action.startswith(GROUP_PREFIXES)
+            and not original.startswith(GROUP_PREFIXES)
+            and not has_control(subject + action + original)
+        ):
+            errors: list[RuleError] = []
+        else:
+            errors = self._name_errors(request)
+        if errors:
+            return errors, ""
+        return self._normalise(original)
+
+    def _name_errors(self, request: Request) -> list[RuleError]:
+        return [
             RuleError(None, name, EvalErrorReason.INVALID_NAME, problem)
             for name, value in (
                 ("subject", request.subject),
@@ -160,10 +233,18 @@ class IndexedEvaluator:
             )
             if (problem := name_problem(value)) is not None
         ]
-        if errors:
-            return errors, ""
+
+    def _normalise(self, original: str) -> tuple[list[RuleError], str]:
+        segments = original.split("/")
+        if (
+            type(original) is str
+            and "" not in segments[1:]
+            and "." not in segments
+            and ".." not in segments
+        ):
+            return [], original  # already normal (and checked above)
         parts: list[str] = []
-        for part in request.resource.split("/"):
+        for part in segments:
             if part == "..":
                 if not parts:
                     err = RuleError(
@@ -174,7 +255,7 @@ class IndexedEvaluator:
             elif part and part != ".":
                 parts.append(part)
         resource = "/".join(parts)
-        if request.resource[:1] == "/":
+        if original[:1] == "/":
             resource = "/" + resource
         if not resource:
             return [
@@ -273,7 +354,23 @@ class IndexedEvaluator:
         """
         if not isinstance(request, Request):
             raise TypeError("request must be a Request")
-        digest = self.policy.digest
+        if explain or not self._cache_max:
+            return self._evaluate(request, explain)
+        key = _cache_key(request, self._policy.digest)
+        if key is None:
+            return self._evaluate(request, explain)
+        decision = self._cache.get(key)
+        if decision is None:
+            decision = self._evaluate(request, explain)
+            with self._cache_lock:
+                cache = self._cache
+                while len(cache) >= self._cache_max:
+                    del cache[next(iter(cache))]  # the oldest kept
+                cache[key] = decision
+        return decision
+
+    def _evaluate(self, request: Request, explain: bool) -> Decision:
+        digest = self._policy.digest
         bad, resource = self._request_errors(request)
         if bad:
             return make_decision(Effect.DENY, (), bad, digest)
@@ -284,11 +381,14 @@ class IndexedEvaluator:
         trace: list[RuleTrace] = []
         candidates = self._candidates(request.subject, request.action, resource)
         for c in candidates:
-            kind = c.rule.kind.value
-            mark = len(errors)
-            ok = self._check(c, request, errors)
-            unevaluable = len(errors) > mark
-            applies = (ok or unevaluable) if c.deny else (ok and not unevaluable)
+            kind = c.kind
+            if c.plain:  # nothing to check, nothing unevaluable: the rule applies
+                ok, unevaluable, applies = True, False, True
+            else:
+                mark = len(errors)
+                ok = self._check(c, request, errors)
+                unevaluable = len(errors) > mark
+                applies = (ok or unevaluable) if c.deny else (ok and not unevaluable)
             if explain:
                 why = "applies" if applies else "a trust, scope, window or condition check fails"
                 if unevaluable:
@@ -305,7 +405,7 @@ class IndexedEvaluator:
         if explain:
             offered = {c.order for c in candidates}
             trace.extend(
-                RuleTrace(c.rule.id, c.rule.kind.value, False, "target does not match")
+                RuleTrace(c.rule.id, c.kind, False, "target does not match")
                 for c in self._compiled
                 if c.order not in offered
             )
@@ -316,3 +416,23 @@ class IndexedEvaluator:
         if approvals:
             return make_decision(Effect.APPROVAL_REQUIRED, approvals, errors, digest, trace)
         return make_decision(Effect.DENY, (), errors, digest, trace)
+
+
+def _cache_key(request: Request, digest: str) -> _Key | None:
+    """The values a decision of a timeless policy depends on, or ``None`` when one of
+    them is a ``str`` subclass (whose own ``__hash__``/``__eq__`` must not decide what
+    is "the same request")."""
+    subject, action, resource, trust = (
+        request.subject,
+        request.action,
+        request.resource,
+        request.trust,
+    )
+    scopes = request.scopes
+    if not (type(subject) is str and type(action) is str and type(resource) is str):
+        return None
+    if trust is not None and type(trust) is not str:
+        return None
+    if scopes and not all(type(s) is str for s in scopes):
+        return None
+    return (digest, subject, action, resource, trust, scopes)

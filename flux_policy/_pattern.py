@@ -29,6 +29,7 @@ __all__ = [
     "MAX_NAME_LENGTH",
     "MAX_PATTERN_LENGTH",
     "MAX_WILDCARDS",
+    "has_control",
     "is_group_ref",
     "name_problem",
     "pattern_problem",
@@ -45,6 +46,11 @@ GROUP_PREFIXES = ("role:", "group:")
 
 # Control characters, and lone surrogates (not encodable as UTF-8, so no digest).
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+def has_control(text: str) -> bool:
+    """Whether *text* holds a control character or a lone surrogate."""
+    return _CONTROL.search(text) is not None
 
 
 def is_group_ref(entry: str) -> bool:

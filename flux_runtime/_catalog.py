@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flux_runtime._errors import EnvelopeError, EnvelopeReason
-from flux_runtime._schema import check_schema
+from flux_runtime._schema import Validator, check_schema, compile_schema
 
 if typing.TYPE_CHECKING:
     from flux_system.port import Substrate
@@ -87,6 +87,8 @@ class Operation:
     expose: bool = True
     secrets: bool = False  # string inputs may carry ``secret:`` references
     side_effect_free: bool | None = None  # default: the effects are reads only
+    # The schema compiled once, when the operation is built (after it was checked).
+    validate: Validator = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "effects", parse_effects(self.effects))
@@ -96,6 +98,7 @@ class Operation:
             raise EnvelopeError(
                 str(exc), op="catalog", reason=EnvelopeReason.BAD_CATALOG, target=self.name
             ) from None
+        object.__setattr__(self, "validate", compile_schema(self.schema))
         if self.side_effect_free is None:
             object.__setattr__(self, "side_effect_free", self.effects <= {"read"})
 

@@ -11,6 +11,7 @@ from flux_policy import Policy, load_policy_string
 from flux_runtime._builtins_files import file_operations
 from flux_runtime._builtins_system import system_operations
 from flux_runtime._catalog import Catalog
+from flux_runtime._web import web_operations
 
 __all__ = ["DEFAULT_POLICY", "default_catalog", "default_policy"]
 
@@ -34,7 +35,7 @@ requires_approval = true
 [[grant]]
 id = "agent-effects-ask"
 subjects = ["**"]
-actions = ["proc.run", "http.request"]
+actions = ["proc.run", "http.request", "web.fetch"]
 resources = ["process/**", "net/**"]
 requires_approval = true
 
@@ -48,7 +49,7 @@ resources = ["workspace/**/.env", "workspace/.env"]
 
 def default_catalog() -> Catalog:
     """Every built-in operation."""
-    return Catalog([*file_operations(), *system_operations()])
+    return Catalog([*file_operations(), *system_operations(), *web_operations()])
 
 
 def default_policy() -> Policy:

@@ -31,6 +31,7 @@ class EnvelopeReason(enum.Enum):
     PROVIDER_FAILED = "provider_failed"
     SESSION = "session"
     SANDBOX = "sandbox"
+    UNSUPPORTED_CONTENT = "unsupported_content"
 
 
 class EnvelopeError(Exception):

@@ -17,6 +17,7 @@ of a remote substrate did what it reported.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import re
 import typing
 from collections.abc import Mapping
@@ -27,7 +28,6 @@ from flux_policy import Decision, Effect, Request
 from flux_runtime._approval import ApprovalRequest, Approver, HeadlessApprover, ask
 from flux_runtime._catalog import Catalog, Operation, Result, Risk
 from flux_runtime._errors import EnvelopeError, EnvelopeReason
-from flux_runtime._schema import validate
 from flux_secret import Redactor, SecretError, SecretResolver
 
 if typing.TYPE_CHECKING:
@@ -38,7 +38,8 @@ __all__ = ["Call", "Context", "EvidenceSink", "Executor", "Outcome", "PolicyEval
 _REF = re.compile(r"secret:(?:env|file)/[A-Za-z0-9_./-]+")
 EXCERPT = 2000
 _SHORTEST = 6  # bytes: no registered pattern is shorter (flux_secret's variants floor)
-VIEW_EXCERPT = 160  # of a successful result's view, in its evidence record
+VIEW_EXCERPT = 160  # of a result's view, in its evidence record (with its sha256)
+_RANK = {Effect.ALLOW: 0, Effect.APPROVAL_REQUIRED: 1, Effect.DENY: 2}
 
 
 class EvidenceSink(typing.Protocol):
@@ -128,7 +129,7 @@ class Executor:
                 )
             inp = dict(call.input) if isinstance(call.input, Mapping) else call.input
             record["input"] = self._redact_tree(inp, {})
-            problems = validate(inp, op.schema)
+            problems = op.validate(inp)
             if problems:
                 raise EnvelopeError(
                     "; ".join(problems)[:1000], op=op.name, reason=EnvelopeReason.INVALID_INPUT
@@ -154,11 +155,14 @@ class Executor:
         except Exception as exc:  # guarded IO refused or failed: a result, not a crash
             msg = f"{type(exc).__name__}: {exc}"
             outcome = self._failed(str(call.op), EnvelopeReason.OPERATION_FAILED, msg)
+        view = outcome.view
         record.update(
             ok=outcome.ok,
             reason=outcome.reason.value if outcome.reason else None,
             error=outcome.error,
-            view=outcome.view[:EXCERPT],
+            view=view[:VIEW_EXCERPT],
+            view_chars=len(view),
+            view_sha256=hashlib.sha256(view.encode("utf-8", "surrogatepass")).hexdigest(),
         )
         self.evidence.append(
             "operation", record, session=ctx.session, turn=ctx.turn, actor=ctx.caller
@@ -174,18 +178,16 @@ class Executor:
         op = self.catalog.get(call.op)
         if ctx.offered is not None and op.name not in ctx.offered:
             return False
-        if validate(dict(call.input), op.schema):
+        if op.validate(dict(call.input)):
             return False
         return self._decide(op, call.input, ctx).effect is not Effect.DENY
 
     def _decide(self, op: Operation, inp: Mapping[str, Any], ctx: Context) -> Decision:
         now = dt.datetime.now(dt.UTC)
         worst: Decision | None = None
-        rank = {Effect.ALLOW: 0, Effect.APPROVAL_REQUIRED: 1, Effect.DENY: 2}
+        evaluate, rank = self._evaluator.evaluate, _RANK
         for resource in op.resources(inp) or ["-"]:
-            d = self._evaluator.evaluate(
-                Request(ctx.caller, op.name, resource, trust=ctx.trust, now=now)
-            )
+            d = evaluate(Request(ctx.caller, op.name, resource, trust=ctx.trust, now=now))
             if worst is None or rank[d.effect] > rank[worst.effect]:
                 worst = d
         assert worst is not None
@@ -264,7 +266,9 @@ class Executor:
 
     def _redact_str(self, text: str, memo: dict[str, str]) -> str:
         # Every pattern a Redactor matches is at least 6 bytes long (flux_secret.variants).
-        if len(text) < _SHORTEST and len(text.encode("utf-8", "surrogatepass")) < _SHORTEST:
+        if len(text) < _SHORTEST and (
+            text.isascii() or len(text.encode("utf-8", "surrogatepass")) < _SHORTEST
+        ):
             return text
         done = memo.get(text)
         if done is None:
@@ -277,9 +281,8 @@ class Executor:
         if isinstance(value, str):
             return self._redact_str(value, memo)
         if isinstance(value, dict):
-            return {
-                self._redact_tree(k, memo): self._redact_tree(v, memo) for k, v in value.items()
-            }
+            walk = self._redact_tree
+            return {walk(k, memo): walk(v, memo) for k, v in value.items()}
         if isinstance(value, list | tuple):
             return [self._redact_tree(v, memo) for v in value]
         if value is None or isinstance(value, bool | int | float):

@@ -1,7 +1,7 @@
 """``flux run "PROMPT"``: one agent turn through the envelope.
 
 ``flux run "PROMPT" --model scripted:FILE|openai:MODEL [--base-url URL]
-[--api-key secret:env/KEY] [--allow-host H] [--allow-private CIDR]
+[--api-key secret:env/KEY] [--allow-host H] [--allow-private CIDR] [--allow-port PORT]
 [--workspace DIR | --substrate unix:PATH]
 [--approve prompt|deny|auto-low] [--policy FILE]... [--evidence FILE]
 [--max-model-calls N] [--max-iterations N] [--show-loop] [--resume ID]
@@ -54,6 +54,14 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--allow-host", action="append", default=[], metavar="H")
     p.add_argument("--allow-private", action="append", default=[], metavar="CIDR")
+    p.add_argument(
+        "--allow-port",
+        action="append",
+        default=[],
+        type=int,
+        metavar="PORT",
+        help="a port the agent's own HTTP may reach besides 80 and 443",
+    )
     where = p.add_mutually_exclusive_group()
     where.add_argument("--workspace", default=".", metavar="DIR")
     where.add_argument("--substrate", default=None, metavar="unix:PATH")
@@ -121,6 +129,23 @@ def _openai(args: argparse.Namespace, model: str, secrets: Any) -> Any:
     )
 
 
+def _agent_http(args: argparse.Namespace) -> Any:
+    """The agent's own HTTP (``http.request``, ``web.fetch``) on a native workspace.
+
+    Every request crosses the egress guard of ``flux_system.net``: public addresses
+    only, a private or internal one only when ``--allow-host`` / ``--allow-private``
+    grant it (the grants the provider's traffic gets too), on ports 80 and 443 and
+    those ``--allow-port`` adds. Whether a request is made
+    at all is the policy's and the approver's decision (the default policy asks
+    before each one).
+    """
+    from flux_system.net import PrivateNetAllow, guarded_client
+    from flux_system.port import GuardedHttp
+
+    grants = PrivateNetAllow(hosts=tuple(args.allow_host), cidrs=tuple(args.allow_private))
+    return GuardedHttp(guarded_client(allow=grants, ports={80, 443, *args.allow_port}))
+
+
 def _main(args: argparse.Namespace) -> int:
     from flux_evidence import EvidenceError, EvidenceLog, verify
     from flux_policy import IndexedEvaluator, PolicyLoadError, load_policies
@@ -143,6 +168,10 @@ def _main(args: argparse.Namespace) -> int:
     from flux_system import FluxSystemError, Workspace
     from flux_system.port import Substrate, Unserved
 
+    bad = [p for p in args.allow_port if not 0 < p < 65536]
+    if bad:
+        _err(f"--allow-port must be 1-65535, not {bad[0]}")
+        return EXIT_USAGE
     kind, _, target = args.model.partition(":")
     if kind not in ("scripted", "openai") or not target:
         _err(f"--model must be scripted:FILE or openai:MODEL, not {args.model!r}")
@@ -177,6 +206,7 @@ def _main(args: argparse.Namespace) -> int:
                 processes=system
                 if system is not None
                 else Unserved(f"this run (--sandbox {args.sandbox}: no sandbox available)"),
+                http=_agent_http(args),
             )
             roots = [args.workspace]
         closers.append(substrate)
@@ -197,7 +227,7 @@ def _main(args: argparse.Namespace) -> int:
     executor = Executor(
         substrate,
         default_catalog(),
-        evaluator=IndexedEvaluator(policy),
+        evaluator=IndexedEvaluator(policy, cache=4096),
         policy_digest=policy.digest,
         redactor=redactor,
         evidence=log,

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import http.server
 import json
 import shutil
+import threading
+import typing
 from pathlib import Path
 
 from tests.flux_runtime._flux import ROOT, flux
@@ -121,6 +124,9 @@ def test_usage_errors(tmp_path: Path) -> None:
     code, _, err = _run(tmp_path, "--model", f"scripted:{DEMO}", "--state", inside, *base)
     assert code == 2 and "inside a writable root" in err
     assert not (ws / "sessions.db").exists()
+    for port in ("0", "65536"):
+        code, _, err = _run(tmp_path, "--model", f"scripted:{DEMO}", "--allow-port", port, *base)
+        assert code == 2 and f"--allow-port must be 1-65535, not {port}" in err
 
 
 def test_untagged_reply_fails_the_turn(tmp_path: Path) -> None:
@@ -156,3 +162,73 @@ def test_processes_never_run_unconfined_without_sandbox_off(tmp_path: Path) -> N
             code, _, err = _run(tmp_path, "--sandbox", mode, *args, input=b"y\n")
             assert "no sandbox available" in err and "proc.run: FAILED" in err
             assert not (ws / "ran.txt").exists()
+
+
+class _Page(http.server.BaseHTTPRequestHandler):
+    hits: typing.ClassVar[list[str]] = []
+
+    def do_GET(self) -> None:
+        _Page.hits.append(self.path)
+        body = b"<html><head><title>T</title></head><body><main><p>fetched-marker</p></main>"
+        self.send_response(200)
+        self.send_header("content-type", "text/html; charset=utf-8")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        return None
+
+
+def _fetch_script(tmp_path: Path, url: str) -> Path:
+    replies = [
+        {"type": "intent", "intent": "change", "summary": "fetch the page"},
+        {"type": "calls", "calls": [{"op": "web.fetch", "input": {"url": url}}]},
+        {"type": "done"},
+        {"type": "answer", "text": "fetched"},
+    ]
+    path = tmp_path / "fetch.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in replies))
+    return path
+
+
+def test_web_fetch_on_a_native_workspace_crosses_the_guard(tmp_path: Path) -> None:
+    """The agent's HTTP is served natively: a granted loopback page is fetched after
+    approval; without the grant the guard refuses it and the server sees nothing."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Page)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/page"
+        ws = _ws(tmp_path)
+        script = _fetch_script(tmp_path, url)
+        for granted in (False, True):
+            _Page.hits.clear()
+            ev = tmp_path / f"ev-{granted}.jsonl"
+            port = str(server.server_address[1])
+            grant = ["--allow-private", "127.0.0.0/8"] if granted else []
+            grant += ["--allow-port", port]  # the port alone lets nothing private through
+            code, _, err = _run(
+                tmp_path,
+                "--model",
+                f"scripted:{script}",
+                "--workspace",
+                str(ws),
+                "--evidence",
+                str(ev),
+                *grant,
+                "fetch the page",
+                input=b"y\n",
+            )
+            assert code == 0, err
+            log = ev.read_text()
+            if granted:
+                assert _Page.hits == ["/page"], err
+                assert "fetched-marker" in log
+            else:
+                assert _Page.hits == [], err
+                assert "fetched-marker" not in log
+                assert "127.0.0.1" in log  # the refusal names the address it refused
+    finally:
+        server.shutdown()
+        server.server_close()

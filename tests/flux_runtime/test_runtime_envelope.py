@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -71,6 +72,20 @@ def test_read_allowed_and_recorded_with_digest(tmp_path: Path) -> None:
         (rec,) = r.ops()
         assert rec["ok"] and rec["policy_digest"] == r.executor.policy_digest
         assert rec["decision"]["effect"] == "allow"
+
+
+def test_the_record_keeps_an_excerpt_and_the_digest_of_what_the_model_saw(
+    tmp_path: Path,
+) -> None:
+    with rig(tmp_path) as r:
+        r.redactor.register("tok-0123456789-abcdefgh", name="t")
+        (r.root / "a.txt").write_text("x" * 150 + " tok-0123456789-abcdefgh " + "y" * 5000)
+        out = r.executor.dispatch(Call("read", {"path": "a.txt"}), _ctx())
+        (rec,) = r.ops()
+    assert out.ok and "[redacted]" in out.view and "tok-0123456789" not in out.view
+    assert rec["view"] == out.view[:160] and rec["view_chars"] == len(out.view)
+    assert rec["view_sha256"] == hashlib.sha256(out.view.encode()).hexdigest()
+    assert "tok-0123456789" not in json.dumps(rec)
 
 
 @pytest.mark.parametrize(
