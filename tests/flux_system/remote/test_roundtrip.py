@@ -177,20 +177,16 @@ def test_many_concurrent_requests_respect_the_in_flight_cap(tmp_path: Path) -> N
 
 
 def _running_gates(gate: str) -> int:
-    """Children of this process (the in-thread server's runs) running *gate*.
+    """Direct children of this process (the in-thread server's runs) running *gate*.
 
-    A shell that forks for ``sleep`` has, until the fork execs, a child with its own
-    command line: one whose parent runs *gate* too is that fork, not another run.
+    Each run is a direct child (``System`` forks it); the forks a running shell makes
+    for ``sleep`` are grandchildren and are not counted, whatever state they are in.
     """
     count = 0
-    for proc in psutil.Process().children(recursive=True):
+    for proc in psutil.Process().children(recursive=False):
         try:
-            if proc.cmdline()[-1:] != [gate]:
-                continue
-            parent = proc.parent()
-            if parent is not None and parent.cmdline()[-1:] == [gate]:
-                continue
-            count += 1
+            if proc.cmdline() == ["sh", "-c", gate]:
+                count += 1
         except psutil.Error:
             continue
     return count
