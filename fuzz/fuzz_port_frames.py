@@ -9,7 +9,11 @@ point derived from the input (any other outcome is a crash):
 - feeding the same bytes in two pieces yields the same messages (or the same refusal);
 - nothing is buffered past one header plus the declared body;
 - ``parse_message`` accepts a message or raises ``PortError(PROTOCOL)``, and a message
-  it accepts re-encodes to a frame that decodes to an equal message.
+  it accepts re-encodes to a frame that decodes to an equal message;
+- each canonical-spelling recogniser (``flux_system.remote._canonical``: a chunk, a
+  small read's result, a ``read_bytes`` request) declines a body or returns exactly
+  what the general path (JSON, the message models, the op's argument model) makes of
+  it — never a value for a body the general path refuses.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import struct
 import sys
 import zlib
 from pathlib import Path
+from typing import Any
 
 SEEDS = (
     b'{"type":"hello","protocol":"flux-port","versions":[1],"client":"c"}',
@@ -26,6 +31,10 @@ SEEDS = (
     b'{"type":"event","id":5,"event":"exited","exit_code":-9,"signal":9}',
     b'{"type":"ping","nonce":0}',
     b'{"type":"error","id":0,"error":{"kind":"refused","error":"X","op":"o","reason":"r","message":"m"}}',
+    b'{"type":"request","id":7,"op":"read_bytes","args":{"path":"d/f.txt","limit":null}}',
+    b'{"type":"request","id":8,"op":"read_bytes","args":{"path":"\xc3\xa9","limit":4096}}',
+    b'{"type":"result","id":9,"value":{"size":5,"data":"aGVsbG8="}}',
+    b'{"type":"chunk","id":3,"stream":"stdout","data":"","last":false}',
 )
 MAX_FRAME = 4096
 
@@ -52,11 +61,64 @@ def _feed(chunks: list[bytes]) -> tuple[str, list[dict[str, object]]]:
     return "ok", out
 
 
+def general(body: bytes) -> object:
+    """What the general path makes of *body*, in the shape a recogniser returns:
+    ``("chunk", ...)``, ``("result", ...)``, ``("read", ...)``, or a word for a body
+    the recognisers must decline (``"refused"``, ``"invalid-args"``, ``"other"``)."""
+    from pydantic import ValidationError
+
+    from flux_system import PortError
+    from flux_system.remote._frame import decode_body
+    from flux_system.remote._ops import ARGS, b64d
+    from flux_system.remote._wire import Chunk, Request, Result, parse_message
+
+    try:
+        msg = parse_message(decode_body(body))
+        if isinstance(msg, Chunk):
+            return "chunk", (msg.id, msg.stream, b64d(msg.data), msg.last)
+    except PortError:
+        return "refused"
+    if isinstance(msg, Result):
+        value = msg.value
+        if not (isinstance(value, dict) and sorted(value) == ["data", "size"]):
+            return "other"
+        size, text = value["size"], value["data"]
+        if type(size) is not int or not isinstance(text, str):
+            return "other"
+        try:
+            data = b64d(text)
+        except PortError:
+            return "other"
+        return ("result", (msg.id, data)) if len(data) == size else "other"
+    if isinstance(msg, Request) and msg.op == "read_bytes":
+        try:
+            args: Any = ARGS["read_bytes"].model_validate(msg.args)
+        except ValidationError:
+            return "invalid-args"
+        return "read", (msg.id, args.path, args.limit)
+    return "other"
+
+
+def check_fast_paths(body: bytes) -> None:
+    """Each recogniser declines *body* or agrees with :func:`general`."""
+    from flux_system.remote._canonical import fast_chunk, fast_read_request, fast_read_result
+
+    for kind, recognise in (
+        ("chunk", fast_chunk),
+        ("result", fast_read_result),
+        ("read", fast_read_request),
+    ):
+        fast = recognise(body)
+        if fast is not None:
+            assert general(body) == (kind, fast), f"{kind} recogniser disagrees"
+
+
 def check_bytes(data: bytes) -> None:
     from flux_system import PortError, PortReason
     from flux_system.remote._frame import FrameDecoder, encode_frame
     from flux_system.remote._wire import parse_message
 
+    check_fast_paths(data[4:] if len(data) >= 4 else data)
     whole = _feed([data])
     cut = zlib.crc32(data) % (len(data) + 1)  # a split point that varies with the input
     split = _feed([data[:cut], data[cut:]])
@@ -91,7 +153,8 @@ def main() -> None:
     import pydantic  # noqa: F401
 
     with atheris.instrument_imports(include=["flux_system"]):
-        import flux_system.remote._frame  # noqa: F401
+        import flux_system.remote._canonical
+        import flux_system.remote._frame
         import flux_system.remote._wire  # noqa: F401
 
     atheris.Setup(sys.argv, test_one_input)

@@ -26,7 +26,7 @@ from types import FrameType
 
 from flux_runtime.cli._exec_io import Relay, StdinPump
 from flux_runtime.cli._exec_options import ExecOptions, UsageError, add_options, options
-from flux_runtime.cli._exec_report import Outcome, write_report
+from flux_runtime.cli._exec_report import Outcome, report_dir, write_report
 from flux_runtime.cli._sandbox_opts import (
     SandboxRefused,
     add_sandbox_options,
@@ -146,6 +146,19 @@ def run(args: argparse.Namespace) -> int:
         _say(str(exc))
         return EXIT_USAGE
     outcome = Outcome(command=opts.argv[0], stdin_mode=opts.stdin_mode)
+    report_at = ""
+    if opts.report is not None:  # resolved now: the run may change what its path names
+        try:
+            report_at = report_dir(opts.report, [opts.workspace, *getattr(args, "rw", [])])
+        except ValueError as exc:
+            _say(
+                f"--report {shown(opts.report)}: its directory goes through the symlink "
+                f"{shown(exc.args[0])} inside a root the command may write; give the real path"
+            )
+            return EXIT_FLUX_ERROR
+        except OSError as exc:
+            _say(f"--report {shown(opts.report)}: cannot use its directory: {exc.strerror}")
+            return EXIT_FLUX_ERROR
     try:
         sandbox = resolve_sandbox(args)
     except SandboxRefused as exc:  # one line naming the layer, pointing to flux doctor
@@ -162,8 +175,16 @@ def run(args: argparse.Namespace) -> int:
         outcome.interrupted = exc.signum
     outcome.flux_exit = code
     if opts.report is not None:
+        from flux_runtime._files import ReplacedError
+
         try:
-            write_report(opts.report, outcome)
+            write_report(report_at, opts.report, outcome)
+        except ReplacedError as exc:
+            _say(
+                f"--report {shown(opts.report)}: not written: its directory "
+                f"{shown(exc.path)} was replaced during the run ({exc.why})"
+            )
+            return EXIT_FLUX_ERROR
         except OSError as exc:
             _say(f"--report {shown(opts.report)}: cannot write: {exc.strerror}")
             return EXIT_FLUX_ERROR

@@ -4,7 +4,10 @@ The report names the command (``argv[0]`` only: arguments and environment values
 hold secrets) and says how the run ended, how long it took and how many bytes each
 stream carried, and (when sandboxed) the sandbox's active layers, what is missing, each
 guarantee and what it denied.
-The file is written through :mod:`flux_runtime._files` (atomic replace).
+The file is written through :mod:`flux_runtime._files` (atomic replace). Its directory
+is resolved before the run (:func:`report_dir`) and reached again after it without
+following a symlink (:func:`write_report`): the run may lie in the workspace it could
+write, and a parent it swapped for a symlink must not take the host's write elsewhere.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from dataclasses import dataclass
 from flux_system.process import OutputTotals
 from flux_system.sandbox import Denials
 
-__all__ = ["REPORT_SCHEMA", "Outcome", "report_dict", "write_report"]
+__all__ = ["REPORT_SCHEMA", "Outcome", "report_dict", "report_dir", "write_report"]
 
 REPORT_SCHEMA = "flux.exec.report/1"
 
@@ -82,10 +85,39 @@ def report_dict(o: Outcome) -> dict[str, object]:
     }
 
 
-def write_report(path: str, o: Outcome) -> None:
-    """Write the report of *o* to *path*. Raises: OSError."""
+def report_dir(path: str, writable: list[str]) -> str:
+    """The real path of the directory of the report *path*, taken before the run.
+
+    Raises:
+        ValueError: the path goes through a symlink that lies inside one of the
+            *writable* roots (an earlier sandboxed run may have planted it); its one
+            argument is the link's path.
+        OSError: missing, not a directory, not searchable.
+    """
+    import os
+
+    from flux_runtime._files import real_dir, real_path, symlinks_on
+
+    parent = os.path.dirname(path) or "."
+    roots = [real_path(r).rstrip("/") for r in writable]
+    for where, name in symlinks_on(parent):
+        if any(where == r or where.startswith(r + "/") for r in roots):
+            raise ValueError(os.path.join(where, name))
+    return real_dir(parent)
+
+
+def write_report(directory: str, path: str, o: Outcome) -> None:
+    """Write the report of *o* as *path*'s file name in *directory* (:func:`report_dir`).
+
+    Raises:
+        flux_runtime._files.ReplacedError: a component of *directory* is now a symlink,
+            a file or missing (the run replaced it): nothing is written.
+        OSError: the directory is not writable, or the rename failed.
+    """
     import json
+    import os
 
-    from flux_runtime._files import write_text_replace
+    from flux_runtime._files import write_text_beneath
 
-    write_text_replace(path, json.dumps(report_dict(o), indent=2, sort_keys=True) + "\n")
+    text = json.dumps(report_dict(o), indent=2, sort_keys=True) + "\n"
+    write_text_beneath(directory, os.path.basename(path), text)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import socket
 import ssl
 import threading
@@ -23,29 +24,58 @@ class Channel(typing.Protocol):
     wakes a blocked ``recv`` (it then returns ``b""``) without releasing the fd;
     ``close`` releases it and is called only once no thread uses the channel — so an
     fd number is never reused by another connection while a reader still holds it.
+    ``ready`` (by the thread that would ``recv``) is True only when ``recv`` would
+    return at once (data or EOF); False when it would block — or cannot tell.
+    ``hung_up`` is True once the peer closed its side (data may still be buffered);
+    False while it is connected — or when the channel cannot tell.
     """
 
     def send_all(self, data: bytes) -> None: ...
 
     def recv(self, size: int) -> bytes: ...
 
+    def ready(self) -> bool: ...
+
+    def hung_up(self) -> bool: ...
+
     def shutdown(self) -> None: ...
 
     def close(self) -> None: ...
 
 
+def _timed_out(exc: BlockingIOError) -> TimeoutError:
+    # A blocking socket with SO_RCVTIMEO/SO_SNDTIMEO (the server's silence limit).
+    return TimeoutError(f"the socket timed out ({exc.strerror})")
+
+
 @typing.final
 class SocketChannel:
-    """A connected stream socket (Unix or TCP)."""
+    """A connected stream socket (Unix or TCP). A kernel timeout on the socket
+    (``SO_RCVTIMEO``/``SO_SNDTIMEO``) raises :class:`TimeoutError`."""
 
     def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
+        self._poll = _poller(sock.fileno())
+        self._buf = _RecvBuffer()
 
     def send_all(self, data: bytes) -> None:
-        self._sock.sendall(data)
+        try:
+            self._sock.sendall(data)
+        except BlockingIOError as exc:
+            raise _timed_out(exc) from exc
 
     def recv(self, size: int) -> bytes:
-        return self._sock.recv(size)
+        view = self._buf.view(size)
+        try:
+            return bytes(view[: self._sock.recv_into(view)])
+        except BlockingIOError as exc:
+            raise _timed_out(exc) from exc
+
+    def ready(self) -> bool:
+        return bool(self._poll.poll(0))
+
+    def hung_up(self) -> bool:
+        return _hung_up(self._sock.fileno())
 
     def shutdown(self) -> None:
         with contextlib.suppress(OSError):
@@ -82,6 +112,9 @@ class TlsChannel:
         )
         self._lock = threading.Lock()
         self._send_lock = threading.Lock()
+        self._poll = _poller(sock.fileno())
+        self._stash = b""  # plaintext ready() decrypted ahead of recv (reader only)
+        self._eof = False
         while True:
             try:
                 self._tls.do_handshake()
@@ -97,32 +130,74 @@ class TlsChannel:
     def _flush(self) -> None:
         pending = self._out.read()
         if pending:
-            self._sock.sendall(pending)
+            self._raw_send(pending)
+
+    def _raw_send(self, data: bytes) -> None:
+        try:
+            self._sock.sendall(data)
+        except BlockingIOError as exc:
+            raise _timed_out(exc) from exc
 
     def send_all(self, data: bytes) -> None:
         with self._send_lock:
             with self._lock:
                 self._tls.write(data)
                 pending = self._out.read()
-            self._sock.sendall(pending)
+            self._raw_send(pending)
 
     def recv(self, size: int) -> bytes:
-        while True:
-            with self._lock:
-                try:
-                    return self._tls.read(size)
-                except ssl.SSLWantReadError:
-                    pass
-                except ssl.SSLZeroReturnError:
-                    return b""
+        if self._stash:
+            data, self._stash = self._stash[:size], self._stash[size:]
+            return data
+        while not self._eof:
+            got = self._decrypt(size)
+            if got is not None:
+                return got
+            self._take_raw()
+        return b""
+
+    def ready(self) -> bool:
+        """Whether :meth:`recv` would return at once. Reads and decrypts what the
+        socket already holds (a session ticket alone is not data: still not ready)."""
+        while not (self._stash or self._eof):
+            got = self._decrypt(_RAW)
+            if got is not None:
+                self._stash = got
+                break
+            if not self._poll.poll(0):
+                return False
+            self._take_raw()
+        return True
+
+    def hung_up(self) -> bool:
+        return _hung_up(self._sock.fileno())
+
+    def _decrypt(self, size: int) -> bytes | None:
+        """Plaintext the TLS state holds (``b""``: the peer closed), or None."""
+        with self._lock:
+            try:
+                got = self._tls.read(size)
+            except ssl.SSLWantReadError:
+                return None
+            except ssl.SSLZeroReturnError:
+                got = b""
+        if not got:
+            self._eof = True
+        return got
+
+    def _take_raw(self) -> None:
+        try:
             data = self._sock.recv(_RAW)
-            if not data:
-                return b""
-            with self._send_lock, self._lock:
-                self._in.write(data)
-                pending = self._out.read()  # post-handshake records the peer awaits
-                if pending:
-                    self._sock.sendall(pending)
+        except BlockingIOError as exc:
+            raise _timed_out(exc) from exc
+        if not data:
+            self._eof = True
+            return
+        with self._send_lock, self._lock:
+            self._in.write(data)
+            pending = self._out.read()  # post-handshake records the peer awaits
+            if pending:
+                self._raw_send(pending)
 
     def shutdown(self) -> None:
         with contextlib.suppress(OSError):
@@ -144,6 +219,7 @@ class FdChannel:
         self._w = write_fd
         self._on_close = on_close
         self._closed = False
+        self._buf = _RecvBuffer()
 
     def send_all(self, data: bytes) -> None:
         view = memoryview(data)
@@ -152,7 +228,14 @@ class FdChannel:
             view = view[n:]
 
     def recv(self, size: int) -> bytes:
-        return os.read(self._r, size)
+        view = self._buf.view(size)
+        return bytes(view[: os.readv(self._r, [view])])
+
+    def ready(self) -> bool:
+        return bool(_poller(self._r).poll(0))
+
+    def hung_up(self) -> bool:
+        return _hung_up(self._r)
 
     def shutdown(self) -> None:
         if self._on_close is not None:
@@ -230,3 +313,43 @@ def open_socket_channel(
 
 
 _RAW = 64 * 1024
+
+
+@typing.final
+class _RecvBuffer:
+    """One reusable receive buffer (for the one thread that reads a channel).
+
+    ``sock.recv(n)`` allocates *n* bytes and shrinks them to what arrived: for the
+    large *n* a reader asks for, glibc serves that with ``mmap``, ``mremap`` and
+    ``munmap`` on every call (measured: three extra syscalls and fresh zeroed pages per
+    4 KiB answer). Reading into this buffer allocates only what arrived.
+    """
+
+    __slots__ = ("_buf",)
+
+    def __init__(self) -> None:
+        self._buf = memoryview(bytearray(0))
+
+    def view(self, size: int) -> memoryview:
+        if len(self._buf) < size:
+            self._buf = memoryview(bytearray(size))
+        return self._buf[:size]
+
+
+def _poller(fd: int) -> select.poll:
+    poll = select.poll()
+    poll.register(fd, select.POLLIN)
+    return poll
+
+
+_GONE = select.POLLHUP | select.POLLERR | select.POLLNVAL | getattr(select, "POLLRDHUP", 0)
+
+
+def _hung_up(fd: int) -> bool:
+    """Whether the far end of *fd* closed (a socket's peer shut down its writing
+    side, a pipe's writer closed), without reading anything."""
+    if fd < 0:
+        return True
+    poll = select.poll()
+    poll.register(fd, _GONE)
+    return any(events & _GONE for _, events in poll.poll(0))

@@ -1,12 +1,23 @@
-"""The client side of one connection: handshake, a reader thread, calls by id.
+"""The client side of one connection: handshake, one reader at a time, calls by id.
+
+Exactly one thread at a time holds the *reading role*: it alone calls ``recv`` and
+routes answers by id to their calls. A caller that waits for its own answer
+(:meth:`Client.exchange`) takes the role itself when nobody holds it, so a sequential
+request/response costs no thread hand-off; otherwise (another caller reads, calls that
+nobody waits on are outstanding: spawned children, many requests in flight, a
+heartbeat's pong) a background thread holds it and the callers wait for their calls.
 
 Guarantee: every call ends in its value or one typed error. If the connection is
 lost, a call whose request was never sent raises :class:`UnreachableError`; one that
 was sent raises :class:`UnreachableError` for an idempotent read (safe to retry) and
 :class:`UnknownOutcomeError` for anything that may have changed something (never
-retried automatically). The reader thread never blocks on a consumer: streamed
-output goes to bounded per-child buffers, so one slow stream never stalls another.
-Not guaranteed: any claim the server makes about itself (marked ``remotely_reported``).
+retried automatically). Before a request is sent while nobody reads, whatever the
+channel already holds (a ``goodbye``, EOF) is read first, so a connection the server
+ended while idle fails the call as never sent. The reader never blocks on a consumer:
+streamed output goes to bounded per-child buffers, so one slow stream never stalls
+another. Not guaranteed: any claim the server makes about itself (marked
+``remotely_reported``); on a stdio channel, noticing an idle server's end before the
+next heartbeat (its pipe cannot be polled).
 """
 
 from __future__ import annotations
@@ -23,16 +34,16 @@ from flux_system._exceptions import (
     UnreachableError,
 )
 from flux_system.port import Identity
-from flux_system.remote._channel import Channel
-from flux_system.remote._errors import error_from_body
-from flux_system.remote._frame import (
-    FrameDecoder,
-    decode_body,
-    encode_frame,
+from flux_system.remote._canonical import (
+    encode_chunk,
+    encode_request,
     fast_chunk,
     fast_read_result,
 )
-from flux_system.remote._ops import IDEMPOTENT, b64d, b64e, decode_identity
+from flux_system.remote._channel import Channel
+from flux_system.remote._errors import error_from_body
+from flux_system.remote._frame import FrameDecoder, decode_body, encode_frame
+from flux_system.remote._ops import IDEMPOTENT, b64d, decode_identity
 from flux_system.remote._wire import (
     PROTOCOL_NAME,
     SUPPORTED_VERSIONS,
@@ -51,26 +62,51 @@ __all__ = ["Call", "Client"]
 _RECV = 256 * 1024
 
 
+_ENDING = threading.Lock()  # orders Call.finish against the lazy creation of Call.done
+
+
 class Call:
-    """One request in flight: its answer, download parts, and (for spawn) events."""
+    """One request in flight: its answer, download parts, and (for spawn) events.
+
+    ``ended`` turns True once, when the answer (or the connection's loss) is in;
+    ``done`` is the same fact as an event to wait on, made only when someone asks for
+    it (a caller that reads its own answer never waits, and need not pay for one).
+    """
 
     def __init__(self, rid: int, op: str) -> None:
         self.id = rid
         self.op = op
         self.sent = False
-        self.done = threading.Event()
+        self.ended = False
+        self._done: threading.Event | None = None
         self.value: object = None
         self.error: BaseException | None = None
         self.download: list[bytes] = []
         self.on_chunk: Callable[[str, bytes], None] | None = None
         self.on_event: Callable[[Event], None] | None = None
 
+    @property
+    def done(self) -> threading.Event:
+        event = self._done
+        if event is None:
+            with _ENDING:
+                event = self._done
+                if event is None:
+                    event = self._done = threading.Event()
+                    if self.ended:
+                        event.set()
+        return event
+
     def finish(self, value: object = None, error: BaseException | None = None) -> None:
-        if self.done.is_set():
-            return
-        self.value = value
-        self.error = error
-        self.done.set()
+        with _ENDING:
+            if self.ended:
+                return
+            self.value = value
+            self.error = error
+            self.ended = True
+            event = self._done
+        if event is not None:
+            event.set()
 
 
 class Client:
@@ -90,17 +126,28 @@ class Client:
         self._timeout = timeout
         self._send_lock = threading.Lock()
         self._lock = threading.Lock()
+        self._turn = threading.Condition(self._lock)  # the background reader waits here
+        self._reading = False  # a thread holds the reading role (under _lock)
         self._calls: dict[int, Call] = {}
         self._ids = itertools.count(1)
         self._closed = False
         self._lost: BaseException | None = None
         self._last_pong = time.monotonic()
+        self._pings = 0  # nonce of the last ping sent
+        self._pongs = 0  # nonce of the last pong read
         self.welcome = self._handshake(token, client_name)
         self.identity: Identity = decode_identity(self.welcome.server.model_dump())
         self.operations = frozenset(self.welcome.operations)
         self.max_chunk = self.welcome.limits.max_chunk
+        self._max_frame = self.welcome.limits.max_frame
+        try:
+            for obj in self._pending:  # frames that came in with the welcome
+                self._route(obj)
+        except Exception as exc:
+            self._lose(exc)
+        self._pending.clear()
         self._reader = threading.Thread(
-            target=self._read_loop, name=f"flux-remote-{target}", daemon=True
+            target=self._background, name=f"flux-remote-{target}", daemon=True
         )
         self._reader.start()
         self._beat = threading.Thread(
@@ -177,34 +224,62 @@ class Client:
         on_chunk: Callable[[str, bytes], None] | None = None,
         on_event: Callable[[Event], None] | None = None,
     ) -> Call:
-        """Send one request (and its upload stream, in the same locked burst)."""
+        """Send one request (and its upload stream, in the same locked burst); its
+        answers are read in the background (for calls nobody waits on at once)."""
+        call = self._send(op, args, upload, on_chunk, on_event)
+        with self._lock:
+            if not self._reading:
+                self._turn.notify()
+        return call
+
+    def exchange(
+        self, op: str, args: dict[str, object], *, upload: tuple[str, bytes] | None = None
+    ) -> Call:
+        """Send one request and wait for its answer, reading the connection on this
+        thread when no other thread does; return the ended call (see :meth:`wait`)."""
+        self._probe()
+        call = self._send(op, args, upload, None, None)
+        self._drive(call)
+        return call
+
+    def call(
+        self, op: str, args: dict[str, object], *, upload: tuple[str, bytes] | None = None
+    ) -> object:
+        return self.wait(self.exchange(op, args, upload=upload))
+
+    def _send(
+        self,
+        op: str,
+        args: dict[str, object],
+        upload: tuple[str, bytes] | None,
+        on_chunk: Callable[[str, bytes], None] | None,
+        on_event: Callable[[Event], None] | None,
+    ) -> Call:
         call = Call(next(self._ids), op)
         call.on_chunk = on_chunk
         call.on_event = on_event
+        try:
+            frames = [encode_request(call.id, op, args, max_frame=self._max_frame)]
+        except UnicodeEncodeError as exc:  # a lone surrogate: no UTF-8 JSON can carry it
+            raise PortError(
+                f"{op}: an argument is not valid Unicode text (a lone surrogate)",
+                op=op,
+                target=self.target,
+                reason=PortReason.PROTOCOL,
+            ) from exc
+        if upload is not None:
+            stream, data = upload
+            step = self.max_chunk
+            for start in range(0, len(data), step):  # size 0: no chunk at all
+                last = start + step >= len(data)
+                piece = data[start : start + step]
+                frames.append(encode_chunk(call.id, stream, piece, last, max_frame=self._max_frame))
         with self._lock:
             if self._lost is not None or self._closed:
                 raise UnreachableError(
                     f"{self.target}: connection is closed", op=op, target=self.target
                 )
             self._calls[call.id] = call
-        frames = [encode_frame({"type": "request", "id": call.id, "op": op, "args": args})]
-        if upload is not None:
-            stream, data = upload
-            step = self.max_chunk
-            for start in range(0, len(data), step):  # size 0: no chunk at all
-                piece = data[start : start + step]
-                last = start + step >= len(data)
-                frames.append(
-                    encode_frame(
-                        {
-                            "type": "chunk",
-                            "id": call.id,
-                            "stream": stream,
-                            "data": b64e(piece),
-                            "last": last,
-                        }
-                    )
-                )
         try:
             with self._send_lock:
                 call.sent = True
@@ -215,10 +290,7 @@ class Client:
         return call
 
     def send_chunk(self, rid: int, stream: str, data: bytes, last: bool) -> None:
-        frame = encode_frame(
-            {"type": "chunk", "id": rid, "stream": stream, "data": b64e(data), "last": last}
-        )
-        self._send_raw(frame)
+        self._send_raw(encode_chunk(rid, stream, data, last, max_frame=self._max_frame))
 
     def cancel(self, rid: int) -> None:
         self._send_raw(encode_frame({"type": "cancel", "id": rid}))
@@ -232,7 +304,7 @@ class Client:
 
     def wait(self, call: Call, timeout: float | None = None) -> object:
         """Block for *call*'s answer; raise its error."""
-        if not call.done.wait(timeout):
+        if not call.ended and not call.done.wait(timeout):
             raise UnknownOutcomeError(
                 f"{self.target}: no answer to {call.op} within {timeout} s",
                 op=call.op,
@@ -242,28 +314,91 @@ class Client:
             raise call.error
         return call.value
 
-    def call(
-        self, op: str, args: dict[str, object], *, upload: tuple[str, bytes] | None = None
-    ) -> object:
-        return self.wait(self.start(op, args, upload=upload))
+    # -- the reading role ----------------------------------------------------------------
 
-    # -- reading -------------------------------------------------------------------------
-
-    def _read_loop(self) -> None:
+    def _probe(self) -> None:
+        """While nobody reads, read what the channel already holds (a goodbye, EOF),
+        so a connection the server already ended fails the next call as never sent."""
+        with self._lock:
+            if self._reading or self._lost is not None:
+                return
+            self._reading = True
         try:
-            for obj in self._pending:
-                self._route(obj)
-            self._pending.clear()
-            while True:
-                data = self._ch.recv(_RECV)
-                if not data:
-                    raise ConnectionError("the server closed the connection")
-                for body in self._decoder.feed_bodies(data):
-                    self._route_body(body)
-        except BaseException as exc:  # EOF, reset, a protocol error: all calls end
+            if self._ch.ready():
+                self._read_once()
+        except Exception as exc:
             self._lose(exc)
         finally:
-            self._ch.close()  # only this thread reads: the fd is released after it stops
+            self._release()
+
+    def _drive(self, call: Call) -> None:
+        """Read on this thread until *call* ended, unless another thread reads (then it
+        routes *call*'s answer: wait for ``call.done``)."""
+        with self._lock:
+            lead = not (call.ended or self._reading or self._lost is not None)
+            if lead:
+                self._reading = True
+        if not lead:
+            return
+        try:
+            while not call.ended:
+                self._read_once()
+        except Exception as exc:  # EOF, reset, a protocol error: all calls end
+            self._lose(exc)
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        """Give the reading role up; wake the background reader if anything is left."""
+        with self._lock:
+            self._reading = False
+            if self._calls or self._pings > self._pongs or self._lost is not None:
+                self._turn.notify()
+
+    def _background(self) -> None:
+        """Hold the reading role whenever nobody else does and something is awaited;
+        release the fd once the connection is lost and no thread reads any more."""
+        try:
+            while True:
+                with self._lock:
+                    while self._lost is None and (
+                        self._reading or not (self._calls or self._pings > self._pongs)
+                    ):
+                        self._turn.wait()
+                    if self._lost is not None:
+                        return
+                    self._reading = True
+                try:
+                    while True:
+                        self._read_once()
+                        with self._lock:
+                            if self._lost is not None or not (
+                                self._calls or self._pings > self._pongs
+                            ):
+                                break
+                except BaseException as exc:  # EOF, reset, a protocol error: all calls end
+                    self._lose(exc)
+                finally:
+                    self._release()
+        finally:
+            with self._lock:
+                while self._reading:
+                    self._turn.wait()
+            with self._send_lock:
+                self._ch.close()  # no thread reads or sends: the fd number is free after
+
+    def _read_once(self) -> None:
+        """Read what arrives and route every frame it completes (reading role held)."""
+        data = self._ch.recv(_RECV)
+        # From here an interruption would leave frames half routed: the connection ends.
+        try:
+            if not data:
+                raise ConnectionError("the server closed the connection")
+            for body in self._decoder.feed_bodies(data):
+                self._route_body(body)
+        except BaseException as exc:
+            self._lose(exc)
+            raise
 
     def _route_body(self, body: bytes) -> None:
         """Bulk frames in the canonical spelling skip JSON and the models (the same
@@ -294,6 +429,8 @@ class Client:
         msg = parse_message(obj)
         if isinstance(msg, Pong):
             self._last_pong = time.monotonic()
+            with self._lock:
+                self._pongs = max(self._pongs, msg.nonce)
             return
         if isinstance(msg, Goodbye):
             raise ConnectionError(f"server said goodbye ({msg.reason}): {msg.message}")
@@ -321,15 +458,17 @@ class Client:
 
     def _end(self, call: Call, *, value: object = None, error: BaseException | None = None) -> None:
         with self._lock:
-            self._calls.pop(call.id, None)
-        call.finish(value, error)
+            mine = self._calls.pop(call.id, None) is call
+        if mine:  # else the connection's loss ended it (exactly one ending)
+            call.finish(value, error)
 
     def _lose(self, exc: BaseException) -> None:
         with self._lock:
             if self._lost is None:
                 self._lost = exc
             calls, self._calls = list(self._calls.values()), {}
-        self._ch.shutdown()  # wakes the reader, which closes the fd
+            self._turn.notify()  # the background reader closes the fd once nobody reads
+        self._ch.shutdown()  # wakes a thread blocked reading
         for call in calls:
             call.finish(error=self._lost_error(call, exc))
 
@@ -360,6 +499,10 @@ class Client:
                 self._lose(TimeoutError(f"no heartbeat answer in {3 * interval:.0f} s"))
                 return
             nonce += 1
+            with self._lock:
+                self._pings = nonce  # awaited: someone must read the pong
+                if not self._reading:
+                    self._turn.notify()
             self._send_raw(encode_frame({"type": "ping", "nonce": nonce}))
 
     def close(self) -> None:

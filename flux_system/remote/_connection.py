@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import hmac
 import threading
+import time
 import typing
 
 from flux_system._exceptions import (
@@ -24,17 +25,16 @@ from flux_system._exceptions import (
     WorkspaceError,
     WorkspaceReason,
 )
+from flux_system.remote._canonical import (
+    encode_chunk,
+    encode_read_result,
+    fast_chunk,
+    fast_read_request,
+)
 from flux_system.remote._channel import Channel
 from flux_system.remote._config import ServerConfig
 from flux_system.remote._errors import body_from_exception
-from flux_system.remote._frame import (
-    FrameDecoder,
-    decode_body,
-    encode_chunk,
-    encode_frame,
-    encode_read_result,
-    fast_chunk,
-)
+from flux_system.remote._frame import FrameDecoder, decode_body, encode_frame
 from flux_system.remote._handlers import INLINE, INLINE_READ, Handlers, Upload, file_op
 from flux_system.remote._ops import ARGS, b64d, encode_identity
 from flux_system.remote._wire import (
@@ -51,6 +51,8 @@ from flux_system.remote._wire import (
 __all__ = ["Connection"]
 
 _READ = 256 * 1024
+_WATCH_S = 0.25
+"""At the in-flight cap nothing is read: how often the reader checks the client is there."""
 
 
 def _protocol(message: str) -> PortError:
@@ -60,16 +62,24 @@ def _protocol(message: str) -> PortError:
 class Connection:
     """Serve one client over *channel* until either side ends (call :meth:`serve`)."""
 
-    def __init__(self, config: ServerConfig, channel: Channel, peer: str) -> None:
+    def __init__(
+        self,
+        config: ServerConfig,
+        channel: Channel,
+        peer: str,
+        *,
+        after_hello: typing.Callable[[], None] | None = None,
+    ) -> None:
         self._cfg = config
+        self._after_hello = after_hello  # e.g. the socket's timeout: silence from now on
         self._lim = config.limits
         self._ch = channel
         self.peer = peer
         self._decoder = FrameDecoder(max_frame=self._lim.max_frame)
         self._send_lock = threading.Lock()
         self._lock = threading.Lock()
-        self._slots = threading.BoundedSemaphore(self._lim.max_in_flight)
-        self._running = 0
+        self._slot_freed = threading.Condition(self._lock)
+        self._running = 0  # requests holding an in-flight slot (under _lock)
         self._active: set[int] = set()
         self._uploads: dict[int, Upload] = {}
         self._closing = threading.Event()
@@ -77,6 +87,7 @@ class Connection:
         self.in_flight_peak = 0
         self.ended = ""
         self._served = frozenset(config.operations())
+        self._fast_reads = self._lim.inline_fs and "read_bytes" in self._served
         self._handlers = Handlers(config, self)
 
     # -- sending (any thread) ----------------------------------------------------------
@@ -117,16 +128,24 @@ class Connection:
 
     def serve(self) -> None:
         """Handshake, then serve requests until EOF, a protocol error or silence."""
+        handshaken = False
         try:
             self.ended = "handshake refused"
             if self._handshake():
+                handshaken = True
+                if self._after_hello is not None:
+                    self._after_hello()
                 self.ended = "closed by the client"
                 self._loop()
         except PortError as exc:  # the client broke the protocol: say why, then close
             self.ended = f"protocol error: {exc.message}"
             self._goodbye("protocol", exc.message)
         except TimeoutError:
-            self.ended = "silent for three heartbeats"
+            self.ended = (
+                "silent for three heartbeats"
+                if handshaken
+                else f"no hello within {self._lim.handshake_s:g} s"
+            )
         except (ConnectionError, OSError) as exc:
             self.ended = f"connection lost: {type(exc).__name__}"
         finally:
@@ -138,7 +157,15 @@ class Connection:
         )
 
     def _read(self) -> list[dict[str, object]] | None:
+        """The messages of the first frames (the handshake), within ``handshake_s``.
+
+        Raises:
+            TimeoutError: the hello did not arrive in time (however slowly it trickled).
+        """
+        deadline = time.monotonic() + self._lim.handshake_s
         while True:
+            if time.monotonic() > deadline:
+                raise TimeoutError("no hello in time")
             data = self._ch.recv(_READ)
             if not data:
                 if not self._decoder.at_boundary():
@@ -198,9 +225,15 @@ class Connection:
                     raise _protocol("the stream ended inside a frame")
                 return
             for body in self._decoder.feed_bodies(data):
-                chunk = fast_chunk(body)  # bulk uploads skip JSON and the models
+                # Canonical bulk chunks and small reads skip JSON and the models (the
+                # same checks, made on the bytes: ._canonical).
+                chunk = fast_chunk(body)
                 if chunk is not None:
                     self._on_chunk(*chunk)
+                    continue
+                read = fast_read_request(body) if self._fast_reads else None
+                if read is not None:
+                    self._fast_read(*read)
                 else:
                     self._dispatch(decode_body(body))
 
@@ -235,17 +268,27 @@ class Connection:
         else:
             raise _protocol(f"a client may not send {msg.type!r}")
 
-    def _start(self, req: Request) -> None:
+    def _admit(self, rid: int) -> None:
+        """Give request *rid* an in-flight slot; at the cap, wait for one to free —
+        nothing more is read from the connection meanwhile (back-pressure) — or for
+        the client to hang up (then the connection ends: its children are killed).
+
+        Raises:
+            ConnectionError: the client went away while the connection was at the cap.
+        """
         with self._lock:
-            in_use = req.id in self._active
-        if in_use:
-            raise _protocol(f"request id {req.id} is in use")
-        self._slots.acquire()  # back-pressure: nothing more is read until a slot frees
-        with self._lock:
+            if rid in self._active:
+                raise _protocol(f"request id {rid} is in use")
+            while self._running >= self._lim.max_in_flight:
+                if not self._slot_freed.wait(_WATCH_S) and self._ch.hung_up():
+                    raise ConnectionError("the client hung up at the in-flight cap")
             self._running += 1
-            self._active.add(req.id)
+            self._active.add(rid)
             self.requests += 1
             self.in_flight_peak = max(self.in_flight_peak, self._running)
+
+    def _start(self, req: Request) -> None:
+        self._admit(req.id)
         if req.op not in self._served:
             self.done(req.id)
             self.fail(
@@ -269,7 +312,7 @@ class Connection:
             if not keep_id:
                 self._active.discard(rid)
             self._running -= 1
-        self._slots.release()
+            self._slot_freed.notify()
 
     def event(self, rid: int, event: str, **fields: object) -> None:
         self.send({"type": "event", "id": rid, "event": event, **fields})
@@ -322,19 +365,7 @@ class Connection:
         try:
             args: typing.Any = ARGS[req.op].model_validate(req.args)
             if req.op == "read_bytes":
-                small = args.limit is not None and args.limit <= INLINE_READ
-                try:
-                    data = self._cfg.workspace.read_bytes(
-                        args.path, limit=args.limit if small else INLINE_READ
-                    )
-                except WorkspaceError as exc:
-                    if exc.reason is WorkspaceReason.TOO_LARGE and not small:
-                        return False
-                    raise
-                frame = encode_read_result(req.id, data, max_frame=self._lim.max_frame)
-                self.done(req.id)
-                self._quiet(lambda: self.send_frame(frame))
-                return True
+                return self._read_small(req.id, args.path, args.limit)
             value = file_op(self._cfg, req.op, args)
         except Exception as exc:
             self.done(req.id)
@@ -343,3 +374,35 @@ class Connection:
         self.done(req.id)
         self.answer(req.id, value)
         return True
+
+    def _read_small(self, rid: int, path: str, limit: int | None) -> bool:
+        """Read *path* here and answer (admitted, valid args); False, with nothing
+        sent, when the file is larger than ``INLINE_READ`` and no smaller limit holds."""
+        small = limit is not None and limit <= INLINE_READ
+        try:
+            data = self._cfg.workspace.read_bytes(path, limit=limit if small else INLINE_READ)
+            frame = encode_read_result(rid, data, max_frame=self._lim.max_frame)
+        except Exception as exc:
+            if (
+                isinstance(exc, WorkspaceError)
+                and exc.reason is WorkspaceReason.TOO_LARGE
+                and not small
+            ):
+                return False
+            self.done(rid)
+            self.fail(rid, "read_bytes", exc)
+            return True
+        self.done(rid)
+        with contextlib.suppress(ConnectionError, OSError):  # the client is gone
+            self.send_frame(frame)
+        return True
+
+    def _fast_read(self, rid: int, path: str, limit: int | None) -> None:
+        """A canonical ``read_bytes`` request (``fast_read_request``): the same steps
+        as :meth:`_start` and :meth:`_inline` take for it, without the models."""
+        self._admit(rid)
+        if not self._read_small(rid, path, limit):
+            req = Request(
+                type="request", id=rid, op="read_bytes", args={"path": path, "limit": limit}
+            )
+            self._handlers.start(req, None)

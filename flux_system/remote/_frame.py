@@ -8,10 +8,7 @@ meaning — :mod:`._wire` validates what a decoded object says.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
-import re
 import struct
 import typing
 
@@ -23,11 +20,8 @@ __all__ = [
     "FrameDecoder",
     "MAX_JSON_DEPTH",
     "decode_body",
-    "encode_chunk",
     "encode_frame",
-    "encode_read_result",
-    "fast_chunk",
-    "fast_read_result",
+    "protocol_error",
 ]
 
 HEADER = struct.Struct(">I")
@@ -37,7 +31,7 @@ MAX_JSON_DEPTH = 32
 """Nesting of arrays/objects in a body: no message needs more; bounds the parser."""
 
 
-def _protocol_error(message: str) -> PortError:
+def protocol_error(message: str) -> PortError:
     return PortError(message, op="frame", reason=PortReason.PROTOCOL)
 
 
@@ -52,119 +46,8 @@ def encode_frame(
     body = json.dumps(message, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     data = body.encode("utf-8")
     if len(data) > max_frame:
-        raise _protocol_error(f"frame of {len(data)} bytes exceeds the {max_frame}-byte ceiling")
+        raise protocol_error(f"frame of {len(data)} bytes exceeds the {max_frame}-byte ceiling")
     return HEADER.pack(len(data)) + data
-
-
-_STREAMS = frozenset({"upload", "download", "stdin", "stdout", "stderr"})
-
-
-def encode_chunk(
-    rid: int, stream: str, data: bytes, last: bool = False, *, max_frame: int = DEFAULT_MAX_FRAME
-) -> bytes:
-    """The frame of a ``chunk`` message, built without a JSON encoder pass over *data*.
-
-    Byte for byte what :func:`encode_frame` makes of the same message (a test holds
-    them equal): base64 text needs no JSON escaping, so it is spliced in as is.
-
-    Raises:
-        PortError: ``PROTOCOL`` when the frame would exceed *max_frame*.
-        ValueError: an unknown *stream* or a non-positive *rid*.
-    """
-    if stream not in _STREAMS or isinstance(rid, bool) or not isinstance(rid, int) or rid < 1:
-        raise ValueError("bad chunk id or stream")
-    body = b"".join(
-        (
-            b'{"type":"chunk","id":',
-            str(rid).encode("ascii"),
-            b',"stream":"',
-            stream.encode("ascii"),
-            b'","data":"',
-            base64.b64encode(data),
-            b'","last":',
-            b"true}" if last else b"false}",
-        )
-    )
-    if len(body) > max_frame:
-        raise _protocol_error(f"frame of {len(body)} bytes exceeds the {max_frame}-byte ceiling")
-    return HEADER.pack(len(body)) + body
-
-
-def encode_read_result(rid: int, data: bytes, *, max_frame: int = DEFAULT_MAX_FRAME) -> bytes:
-    """The ``result`` frame of a small read (``{"size": n, "data": base64}``), built as
-    :func:`encode_chunk` is: byte for byte what :func:`encode_frame` makes of it."""
-    if isinstance(rid, bool) or not isinstance(rid, int) or rid < 1:
-        raise ValueError("bad result id")
-    body = b"".join(
-        (
-            b'{"type":"result","id":',
-            str(rid).encode("ascii"),
-            b',"value":{"size":',
-            str(len(data)).encode("ascii"),
-            b',"data":"',
-            base64.b64encode(data),
-            b'"}}',
-        )
-    )
-    if len(body) > max_frame:
-        raise _protocol_error(f"frame of {len(body)} bytes exceeds the {max_frame}-byte ceiling")
-    return HEADER.pack(len(body)) + body
-
-
-_CHUNK_HEAD = re.compile(
-    rb'\{"type":"chunk","id":([1-9][0-9]{0,15}),"stream":"(upload|download|stdin|stdout|stderr)","data":"'
-)
-_CHUNK_TAILS = (b'","last":false}', b'","last":true}')
-_RESULT_HEAD = re.compile(
-    rb'\{"type":"result","id":([1-9][0-9]{0,15}),"value":\{"size":(0|[1-9][0-9]{0,15}),"data":"'
-)
-_RESULT_TAIL = b'"}}'
-_MAX_ID = 2**53 - 1
-
-
-def _b64_strict(data: bytes) -> bytes | None:
-    try:
-        return base64.b64decode(data, validate=True)
-    except (binascii.Error, ValueError):
-        return None
-
-
-def fast_chunk(body: bytes) -> tuple[int, str, bytes, bool] | None:
-    """``(id, stream, data, last)`` when *body* is a chunk in the canonical spelling
-    :func:`encode_chunk` makes, else ``None`` (the general path then decodes it — and
-    refuses it if it is invalid). Accepts exactly what the general path accepts for
-    that spelling: the id range, the stream names, strict base64."""
-    head = _CHUNK_HEAD.match(body)
-    if head is None:
-        return None
-    if body.endswith(_CHUNK_TAILS[1]):
-        last, tail = True, _CHUNK_TAILS[1]
-    elif body.endswith(_CHUNK_TAILS[0]):
-        last, tail = False, _CHUNK_TAILS[0]
-    else:
-        return None
-    rid = int(head.group(1))
-    if rid > _MAX_ID:
-        return None
-    data = _b64_strict(body[head.end() : len(body) - len(tail)])
-    if data is None:
-        return None
-    return rid, head.group(2).decode("ascii"), data, last
-
-
-def fast_read_result(body: bytes) -> tuple[int, bytes] | None:
-    """``(id, data)`` when *body* is a small-read result in the spelling
-    :func:`encode_read_result` makes (its size matching its data), else ``None``."""
-    head = _RESULT_HEAD.match(body)
-    if head is None or not body.endswith(_RESULT_TAIL):
-        return None
-    rid, size = int(head.group(1)), int(head.group(2))
-    if rid > _MAX_ID:
-        return None
-    data = _b64_strict(body[head.end() : len(body) - len(_RESULT_TAIL)])
-    if data is None or len(data) != size:
-        return None
-    return rid, data
 
 
 def _too_deep(value: object) -> bool:
@@ -204,7 +87,7 @@ def decode_body(body: bytes) -> dict[str, object]:
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise _protocol_error("frame body is not UTF-8") from exc
+        raise protocol_error("frame body is not UTF-8") from exc
 
     def no_duplicates(pairs: list[tuple[str, object]]) -> dict[str, object]:
         out: dict[str, object] = {}
@@ -217,14 +100,14 @@ def decode_body(body: bytes) -> dict[str, object]:
     try:
         value = json.loads(text, object_pairs_hook=no_duplicates, parse_constant=_refuse_constant)
     except ValueError as exc:  # JSONDecodeError is a ValueError
-        raise _protocol_error(f"frame body is not valid JSON: {exc}"[:200]) from exc
+        raise protocol_error(f"frame body is not valid JSON: {exc}"[:200]) from exc
     except RecursionError as exc:  # nesting deep enough to exhaust the parser's stack
-        raise _protocol_error(f"frame body nests deeper than {MAX_JSON_DEPTH}") from exc
+        raise protocol_error(f"frame body nests deeper than {MAX_JSON_DEPTH}") from exc
     # Fewer opening brackets than the limit cannot nest past it: skip the walk.
     if body.count(b"[") + body.count(b"{") > MAX_JSON_DEPTH and _too_deep(value):
-        raise _protocol_error(f"frame body nests deeper than {MAX_JSON_DEPTH}")
+        raise protocol_error(f"frame body nests deeper than {MAX_JSON_DEPTH}")
     if not isinstance(value, dict):
-        raise _protocol_error(f"frame body is a JSON {type(value).__name__}, not an object")
+        raise protocol_error(f"frame body is a JSON {type(value).__name__}, not an object")
     return value
 
 
@@ -271,13 +154,17 @@ class FrameDecoder:
 
     def feed_bodies(self, data: bytes) -> list[bytes]:
         """As :meth:`feed`, returning the frame bodies undecoded (for a fast path that
-        recognises bulk frames before any JSON parsing; see :func:`fast_chunk`).
+        recognises bulk frames before any JSON parsing; see :mod:`._canonical`).
 
         Raises:
             PortError: ``PROTOCOL`` (length zero or over the ceiling).
         """
         if self._failed:
-            raise _protocol_error("the stream lost its framing earlier")
+            raise protocol_error("the stream lost its framing earlier")
+        if self._need is None and not self._buf and len(data) > HEADER.size:
+            (length,) = HEADER.unpack_from(data)
+            if len(data) == HEADER.size + length and length <= self._max:
+                return [data[HEADER.size :]]  # exactly one whole frame: no buffering
         self._buf += data
         out: list[bytes] = []
         try:
@@ -287,16 +174,17 @@ class FrameDecoder:
                         break
                     (length,) = HEADER.unpack_from(self._buf)
                     if length == 0:
-                        raise _protocol_error("frame of length 0")
+                        raise protocol_error("frame of length 0")
                     if length > self._max:
-                        raise _protocol_error(
+                        raise protocol_error(
                             f"frame length {length} exceeds the {self._max}-byte ceiling"
                         )
                     del self._buf[: HEADER.size]
                     self._need = length
                 if len(self._buf) < self._need:
                     break
-                body = bytes(self._buf[: self._need])
+                with memoryview(self._buf) as view:
+                    body = view[: self._need].tobytes()  # one copy (a slice would be two)
                 del self._buf[: self._need]
                 self._need = None
                 out.append(body)

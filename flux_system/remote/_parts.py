@@ -60,7 +60,7 @@ class RemoteFiles:
         self._c = client
 
     def read_bytes(self, path: str, *, limit: int | None = None) -> bytes:
-        call = self._c.start("read_bytes", {"path": path, "limit": limit})
+        call = self._c.exchange("read_bytes", {"path": path, "limit": limit})
         value = _expect(self._c.wait(call), dict, "read_bytes")
         size = _expect(value.get("size"), int, "read_bytes")
         data: bytes
@@ -163,7 +163,7 @@ class RemoteChild:
     """:class:`~flux_system.port.ChildPort` for a child running on the far side.
 
     Output arrives as it is produced; ``on_output(stream, data)`` (if given) sees every
-    byte, live, on the client's reader thread (it must not block); ``read_output``
+    byte, live, on whichever thread reads the connection (it must not block); ``read_output``
     returns what was buffered since the previous call (bounded; oldest dropped first).
     ``status()`` raises :class:`UnknownOutcomeError` once the connection was lost before
     the child's end was reported — an exit code is never invented.

@@ -50,6 +50,13 @@ def _peer_uid(sock: socket.socket) -> int | None:
     return int(uid)
 
 
+def _kernel_timeout(sock: socket.socket, seconds: float) -> None:
+    whole = int(seconds)
+    timeval = struct.pack("ll", whole, int((seconds - whole) * 1e6))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeval)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, timeval)
+
+
 def _is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
@@ -76,8 +83,10 @@ class PortServer:
 
     # -- connections -------------------------------------------------------------------
 
-    def _serve(self, channel: Channel, peer: str) -> None:
-        conn = Connection(self._cfg, channel, peer)
+    def _serve(
+        self, channel: Channel, peer: str, after_hello: Callable[[], None] | None = None
+    ) -> None:
+        conn = Connection(self._cfg, channel, peer, after_hello=after_hello)
         with self._lock:
             if self._closed.is_set():
                 channel.close()
@@ -121,9 +130,16 @@ class PortServer:
                 return
             self._spawn_thread(accept, sock, addr)
 
-    def _silence(self, sock: socket.socket) -> None:
-        # A connection silent for three heartbeats is closed (its children killed).
-        sock.settimeout(3 * self._cfg.limits.heartbeat_s)
+    def _silence(self, sock: socket.socket) -> Callable[[], None]:
+        """Time the hello out after ``handshake_s``; return what, called after the
+        handshake, closes a connection silent for three heartbeats instead (its
+        children killed). The kernel keeps the time (SO_RCVTIMEO/SO_SNDTIMEO: the
+        channel raises TimeoutError); a Python socket timeout would cost a poll() per
+        recv and per send."""
+        lim = self._cfg.limits
+        sock.settimeout(None)
+        _kernel_timeout(sock, min(lim.handshake_s, 3 * lim.heartbeat_s))
+        return lambda: _kernel_timeout(sock, 3 * lim.heartbeat_s)
 
     # -- Unix socket ---------------------------------------------------------------------
 
@@ -164,8 +180,8 @@ class PortServer:
                     )
                 sock.close()
                 return
-            self._silence(sock)
-            self._serve(SocketChannel(sock), f"unix:{path} uid={uid}")
+            after_hello = self._silence(sock)
+            self._serve(SocketChannel(sock), f"unix:{path} uid={uid}", after_hello)
 
         with self._lock:
             self._listeners.append(listener)
@@ -209,8 +225,8 @@ class PortServer:
                     return
             else:
                 channel = SocketChannel(sock)
-            self._silence(sock)
-            self._serve(channel, where)
+            after_hello = self._silence(sock)
+            self._serve(channel, where, after_hello)
 
         with self._lock:
             self._listeners.append(listener)

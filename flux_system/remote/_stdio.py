@@ -71,6 +71,12 @@ class ChildChannel:
         data, self._pending = self._pending[:size], self._pending[size:]
         return data
 
+    def ready(self) -> bool:
+        return bool(self._pending)  # the child's pipe is behind an iterator: cannot tell
+
+    def hung_up(self) -> bool:
+        return not self._child.status().running
+
     def shutdown(self) -> None:
         self._child.kill()
 

@@ -30,7 +30,14 @@ from collections.abc import Mapping, Sequence
 
 from flux_system.sandbox._protected import Found
 
-__all__ = ["PROC_READ_ONLY", "BwrapView", "command_line", "memfd_with", "system_view"]
+__all__ = [
+    "PROC_HIDDEN",
+    "PROC_READ_ONLY",
+    "BwrapView",
+    "command_line",
+    "memfd_with",
+    "system_view",
+]
 
 _SEALS = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
 
@@ -59,8 +66,18 @@ BwrapView = tuple[str, ...]
 # the host's /proc (bwrap binds from the old root); sysctl files answer for the
 # reader's namespaces, so the sandbox still reads its own network settings.
 PROC_READ_ONLY: tuple[str, ...] = ("sys", "sysrq-trigger", "irq", "bus", "fs")
-_PROC_OPTS: tuple[str, ...] = tuple(
-    opt for name in PROC_READ_ONLY for opt in ("--ro-bind-try", f"/proc/{name}", f"/proc/{name}")
+# Host-global information in /proc, hidden behind the host's /dev/null: /proc/keys lists
+# the descriptions of every key the caller may view (the kernel keyring is not
+# namespaced), /proc/timer_list the host's timers with the names and pids of the tasks
+# that armed them (readable by root). Reading either gives nothing inside.
+PROC_HIDDEN: tuple[str, ...] = ("keys", "timer_list")
+_PROC_OPTS: tuple[str, ...] = (
+    *(
+        opt
+        for name in PROC_READ_ONLY
+        for opt in ("--ro-bind-try", f"/proc/{name}", f"/proc/{name}")
+    ),
+    *(opt for name in PROC_HIDDEN for opt in ("--ro-bind-try", "/dev/null", f"/proc/{name}")),
 )
 
 

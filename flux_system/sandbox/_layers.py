@@ -230,7 +230,8 @@ def report_of(
             if bw
             else "no pid namespace without bubblewrap: the host's processes are visible in "
             "/proc, their command lines and status readable (environ, memory, fds and cwd "
-            "refused by Landlock's ptrace rule; signals scoped at ABI 6)",
+            "refused by Landlock's ptrace rule; signals scoped at ABI 6), and so are "
+            "/proc/keys (the descriptions of the caller's keys) and /proc/timer_list",
         ),
         _g(
             "process_tree",

@@ -38,9 +38,18 @@ __all__ = [
 ]
 
 #: In a git directory, what makes git run code (hooks; ``core.hooksPath``,
-#: ``core.fsmonitor`` and the like in config) or read its config and hooks from
-#: elsewhere (``commondir``; ``config.worktree`` with ``extensions.worktreeConfig``).
-GIT_DIR_PROTECTED: tuple[str, ...] = ("hooks", "config", "config.worktree", "commondir")
+#: ``core.fsmonitor`` and the like in config; the ``exec`` lines of an interrupted
+#: rebase's todo list in ``rebase-merge``/``rebase-apply``, run by the next
+#: ``git rebase --continue``) or read its config and hooks from elsewhere
+#: (``commondir``; ``config.worktree`` with ``extensions.worktreeConfig``).
+GIT_DIR_PROTECTED: tuple[str, ...] = (
+    "hooks",
+    "config",
+    "config.worktree",
+    "commondir",
+    "rebase-merge",
+    "rebase-apply",
+)
 
 BUILTIN_PROTECTED: tuple[str, ...] = (
     *(f".git/{name}" for name in GIT_DIR_PROTECTED),
@@ -49,6 +58,11 @@ BUILTIN_PROTECTED: tuple[str, ...] = (
     ".envrc",
     ".mcp.json",
     ".claude",
+    # Run on the host by tools outside the sandbox (decision 0114): a dev container's
+    # initializeCommand, the pre-commit framework's hooks on the next git commit.
+    ".devcontainer",
+    ".devcontainer.json",
+    ".pre-commit-config.yaml",
     ".bashrc",
     ".bash_profile",
     ".bash_login",
@@ -69,7 +83,9 @@ MAX_GIT_DIRS = 512  # directories examined below .git/modules and .git/worktrees
 _GIT_NESTED = ("modules", "worktrees")  # below a git directory: more git directories
 # Below .git/modules, what is never a submodule's git directory and is not entered (a
 # submodule's own data, possibly large); hooks is protected as a whole anyway.
-_GIT_DATA = frozenset({"objects", "refs", "logs", "hooks", "info", "lfs", "rr-cache"})
+_GIT_DATA = frozenset(
+    {"objects", "refs", "logs", "hooks", "info", "lfs", "rr-cache", "rebase-merge", "rebase-apply"}
+)
 
 
 @typing.final

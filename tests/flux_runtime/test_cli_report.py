@@ -92,3 +92,58 @@ def test_report_when_flux_itself_is_signalled(tmp_path: Path) -> None:
         assert p.wait(timeout=HANG_GUARD_S) == 143
     r = json.loads(report.read_text())
     assert (r["ended"], r["flux_exit"], r["exit_code"]) == ("interrupted", 143, None)
+
+
+def test_report_parent_swapped_for_a_symlink_by_the_run_is_refused(tmp_path: Path) -> None:
+    # The report lies in the workspace the sandboxed run may write: the run moves its
+    # directory away and puts a symlink to a directory outside the workspace there.
+    ws, elsewhere = tmp_path / "ws", tmp_path / "elsewhere"
+    (ws / "out").mkdir(parents=True)
+    elsewhere.mkdir()
+    swap = "mv out out-old && ln -s ../elsewhere out"
+    run = flux(
+        "exec", "--workspace", str(ws), "--report", str(ws / "out" / "r.json"),
+        "--", "sh", "-c", swap,
+    )  # fmt: skip
+    assert (ws / "out").is_symlink() and (ws / "out-old").is_dir()  # the swap did run
+    assert not (elsewhere / "r.json").exists(), "the host wrote through the run's symlink"
+    assert list(elsewhere.iterdir()) == []
+    assert run.returncode == 125
+    assert f"--report {ws / 'out' / 'r.json'}: not written".encode() in run.stderr
+    assert b"was replaced during the run" in run.stderr
+    assert not (ws / "out-old" / "r.json").exists()
+
+
+def test_report_parent_recreated_by_the_run_is_written(tmp_path: Path) -> None:
+    # A build that empties its output directory (rm -rf out && mkdir out): the new
+    # directory stands at the path asked for, no symlink in between, so it is used.
+    ws = tmp_path / "ws"
+    (ws / "out").mkdir(parents=True)
+    run = flux(
+        "exec", "--workspace", str(ws), "--report", str(ws / "out" / "r.json"),
+        "--", "sh", "-c", "rm -rf out && mkdir out && exit 4",
+    )  # fmt: skip
+    assert run.returncode == 4, run.stderr
+    assert json.loads((ws / "out" / "r.json").read_text())["exit_code"] == 4
+
+
+def test_report_through_a_symlink_inside_the_workspace_is_refused_before_running(
+    tmp_path: Path,
+) -> None:
+    # An earlier sandboxed run could have planted ws/out -> a directory outside: the
+    # host must not follow it (the real path outside the workspace is accepted).
+    ws, elsewhere = tmp_path / "ws", tmp_path / "elsewhere"
+    ws.mkdir()
+    elsewhere.mkdir()
+    (ws / "out").symlink_to(elsewhere)
+    run = flux(
+        "exec", "--workspace", str(ws), "--report", str(ws / "out" / "r.json"),
+        "--", "touch", "ran",
+    )  # fmt: skip
+    assert run.returncode == 125
+    assert f"goes through the symlink {ws / 'out'}".encode() in run.stderr
+    assert not (ws / "ran").exists()
+    assert list(elsewhere.iterdir()) == []
+    run = flux("exec", "--workspace", str(ws), "--report", str(elsewhere / "r.json"), "--", "true")
+    assert run.returncode == 0, run.stderr
+    assert json.loads((elsewhere / "r.json").read_text())["exit_code"] == 0

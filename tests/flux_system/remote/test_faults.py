@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -284,3 +285,42 @@ def test_stuck_reader_on_one_child_does_not_stall_another(tmp_path: Path) -> Non
         assert flood.join(60)
         out = flood.read_output()
         assert len(out.stdout) <= 4096 and out.stdout_dropped >= 20000000 - 4096
+
+
+def test_silent_connection_is_closed_after_three_heartbeats(tmp_path: Path) -> None:
+    # The silence limit is kept by the kernel (SO_RCVTIMEO): a handshaken peer that
+    # then says nothing is closed, and one that keeps talking is not.
+    from flux_system.remote import ServerLimits
+
+    with served(tmp_path, limits=ServerLimits(heartbeat_s=0.2)) as srv:
+        talker = _handshaken(srv.target)
+        silent = _handshaken(srv.target)
+        for nonce in range(1, 9):  # 1.6 s of pings at half the interval: kept open
+            talker.sendall(frame(b'{"type":"ping","nonce":%d}' % nonce))
+            assert json.loads(read_frames(talker, count=1)[0])["type"] == "pong"
+            time.sleep(0.2 / 2)
+        assert read_frames(silent) == []  # closed without a word (hang guard: 20 s)
+        talker.close()
+        silent.close()
+    assert any("silent for three heartbeats" in line for line in srv.log), srv.log
+
+
+@pytest.mark.parametrize("trickle", [False, True])
+def test_hello_must_arrive_within_handshake_s(tmp_path: Path, trickle: bool) -> None:
+    # handshake_s (0.5 s here) bounds the hello, however slowly it trickles in; the
+    # silence limit (three heartbeats, 90 s here) applies only after it.
+    from flux_system.remote import ServerLimits
+
+    with served(tmp_path, limits=ServerLimits(handshake_s=0.5, heartbeat_s=30.0)) as srv:
+        s = raw_connect(srv.target)  # a 20 s socket timeout: the hang guard
+        hello = frame(HELLO)
+        if trickle:  # one byte every 0.1 s: each read is quick, the whole is not
+            with contextlib.suppress(OSError):
+                for byte in hello[:-1]:
+                    s.sendall(bytes([byte]))
+                    time.sleep(0.1)
+        assert read_frames(s) == []  # closed without a welcome
+        s.close()
+        with connect(srv.target) as sub:  # positive control: a prompt hello is served
+            assert sub.files.exists(".")
+    assert any("no hello within 0.5 s" in line for line in srv.log), srv.log

@@ -177,11 +177,15 @@ def test_many_concurrent_requests_respect_the_in_flight_cap(tmp_path: Path) -> N
 
 
 def _running_gates(gate: str) -> int:
-    """Children of this process (the in-thread server's runs) running *gate*."""
+    """Direct children of this process (the in-thread server's runs) running *gate*.
+
+    Each run is a direct child (``System`` forks it); the forks a running shell makes
+    for ``sleep`` are grandchildren and are not counted, whatever state they are in.
+    """
     count = 0
-    for proc in psutil.Process().children(recursive=True):
+    for proc in psutil.Process().children(recursive=False):
         try:
-            if proc.cmdline()[-1:] == [gate]:
+            if proc.cmdline() == ["sh", "-c", gate]:
                 count += 1
         except psutil.Error:
             continue
@@ -215,6 +219,33 @@ def test_in_flight_cap_is_reached_and_never_exceeded(tmp_path: Path) -> None:
             assert all(isinstance(v, dict) and v["exit_code"] == 0 for v in values)
     assert "12 requests" in "\n".join(srv.log)
     assert _peak(srv.log) == 4
+
+
+def test_client_gone_at_the_in_flight_cap_has_its_runs_killed(tmp_path: Path) -> None:
+    # At the cap the server reads nothing more (back-pressure), so it cannot read the
+    # EOF of a client that left either; it must still notice and kill what runs.
+    import time
+
+    gate = "while [ ! -e go ]; do sleep 0.01; done; echo never"
+    with served(tmp_path, limits=ServerLimits(max_in_flight=2)) as srv:
+        try:
+            sub = connect(srv.target)
+            client = sub.closer.__self__  # type: ignore[union-attr]
+            for _ in range(5):  # no timeout: without the check they would run for ever
+                client.start("run", {"argv": ["sh", "-c", gate], "timeout": None})
+            for _ in range(6000):  # hang guard: the two must start
+                if _running_gates(gate) >= 2:
+                    break
+                time.sleep(0.01)
+            assert _running_gates(gate) == 2  # positive control: the cap is reached
+            sub.close()
+            deadline = time.monotonic() + 60  # hang guard
+            while _running_gates(gate) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert _running_gates(gate) == 0
+        finally:
+            (tmp_path / "go").write_bytes(b"")  # on failure, let the server close
+    assert any("2 requests" in line and "connection lost" in line for line in srv.log), srv.log
 
 
 def test_workspace_unchanged_after_refused_write(remote, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -266,3 +297,75 @@ def test_child_that_stops_reading_stdin_ends_the_writer(remote) -> None:  # type
     assert sent_all is False  # the child exited after 10 bytes: the writer was told
     assert child.join(60)
     assert child.status().exit_code == 0
+
+
+def test_canonical_and_general_read_requests_are_answered_alike(tmp_path: Path) -> None:
+    # A real server answers each read vector (ports/vectors/v1/args.json and the
+    # read-canonical frames) twice on one connection: in the spelling it recognises
+    # without JSON, and with one space added (the general path). Both answers must be
+    # the same bytes: same value, same refusal (invalid arguments, a missing file, a
+    # path escaping the workspace).
+    import json
+    import struct
+
+    from flux_system.remote._canonical import fast_read_request
+    from flux_system.remote._frame import FrameDecoder
+    from tests.flux_system.remote._harness import HELLO, frame, raw_connect
+
+    ports = Path(__file__).resolve().parents[3] / "ports" / "vectors" / "v1"
+    bodies = [
+        bytes.fromhex(c["bytes"])[4:]
+        for c in json.loads((ports / "args.json").read_text())["cases"]
+    ]
+    for case in json.loads((ports / "frames.json").read_text())["cases"]:
+        if case["id"].startswith("read-canonical"):
+            bodies.append(bytes.fromhex(case["bytes"])[4:])
+    bodies += [
+        b'{"type":"request","id":1,"op":"read_bytes","args":{"path":"../x","limit":null}}',
+        b'{"type":"request","id":1,"op":"read_bytes","args":{"path":"big","limit":10}}',
+        b'{"type":"request","id":1,"op":"read_bytes","args":{"path":"big","limit":null}}',
+    ]
+    (tmp_path / "a").write_bytes(b"contents of a\n")
+    (tmp_path / "f4k").write_bytes(os.urandom(4096))
+    (tmp_path / "big").write_bytes(os.urandom(200_000))  # past the inline read: chunked
+    recognised = 0
+    with served(tmp_path) as srv:
+        s = raw_connect(srv.target)
+        s.sendall(frame(HELLO))
+        decoder = FrameDecoder()
+        arrived: list[bytes] = []
+
+        def next_frame() -> bytes:
+            while not arrived:
+                data = s.recv(65536)
+                assert data, "the server closed the connection"
+                arrived.extend(decoder.feed_bodies(data))
+            return arrived.pop(0)
+
+        assert json.loads(next_frame())["type"] == "welcome"
+        for body in bodies:
+            spaced = body.replace(b'"type":"request",', b'"type": "request",', 1)
+            assert spaced != body and fast_read_request(spaced) is None
+            recognised += fast_read_request(body) is not None
+            answers = []
+            for spelling in (body, spaced):
+                s.sendall(struct.pack(">I", len(spelling)) + spelling)
+                got = [next_frame()]
+                while json.loads(got[-1])["type"] == "chunk":
+                    got.append(next_frame())
+                answers.append(got)
+            assert answers[0] == answers[1], body[:120]
+        s.close()
+    assert recognised >= 6  # positive control: the recognised spelling was exercised
+
+
+def test_unencodable_argument_is_a_typed_error(remote) -> None:  # type: ignore[no-untyped-def]
+    # A lone surrogate cannot travel in UTF-8 JSON (the server's models refuse it too):
+    # the client says so with a PortError instead of letting UnicodeEncodeError out.
+    _, sub = remote
+    with pytest.raises(PortError) as info:
+        sub.files.read_bytes("\udcff")
+    assert info.value.reason is PortReason.PROTOCOL and info.value.op == "read_bytes"
+    with pytest.raises(PortError):
+        sub.files.write_bytes("a\udcff", b"x")
+    assert sub.files.exists(".")  # the connection is unharmed

@@ -40,6 +40,12 @@ PROTECTED_OP_PATHS = {
     "tcshrc-create": ".tcshrc",
     "kshrc-create": ".kshrc",
     "inputrc-create": ".inputrc",
+    "devcontainer-create": ".devcontainer",
+    "devcontainer-json-create": ".devcontainer.json",
+    "precommit-overwrite": ".pre-commit-config.yaml",
+    "rebase-todo-append": ".git/rebase-merge/git-rebase-todo",
+    "rebase-apply-create": ".git/rebase-apply",
+    "worktree-rebase-create": ".git/worktrees/wt1/rebase-merge",
 }
 FUNCTIONAL_OPS = ("objects-writable", "index-writable")
 # What those steps may leave in the workspace (git's own data stays writable).
@@ -69,6 +75,12 @@ PROTECTED_PREFIXES = (
     ".tcshrc",
     ".kshrc",
     ".inputrc",
+    ".devcontainer",
+    ".devcontainer.json",
+    ".pre-commit-config.yaml",
+    ".git/rebase-merge",
+    ".git/rebase-apply",
+    ".git/worktrees/wt1/rebase-merge",
 )
 _EMPTY_CAPS = "0000000000000000"
 

@@ -62,6 +62,8 @@ PROTECTED_TREE = {
     ".vscode/settings.json": '{"original": true}\n',
     ".bashrc": "# original bashrc\n",
     ".profile": "# original profile\n",
+    ".pre-commit-config.yaml": "repos: []\n",
+    ".git/rebase-merge/git-rebase-todo": "pick 0123abc work in progress\n",
     "src/main.py": "print('hello')\n",
 }
 

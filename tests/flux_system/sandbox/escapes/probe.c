@@ -1206,6 +1206,15 @@ static void case_protected(void) {
     run_op("tcshrc-create", op_create_rel, ".tcshrc");
     run_op("kshrc-create", op_create_rel, ".kshrc");
     run_op("inputrc-create", op_create_rel, ".inputrc");
+    /* Config that tools run on the host: a dev container's initializeCommand, the
+     * pre-commit framework's hooks, an interrupted rebase's todo list (exec lines). */
+    run_op("devcontainer-create", op_mkdir_create, ".devcontainer/devcontainer.json");
+    run_op("devcontainer-json-create", op_create_rel, ".devcontainer.json");
+    run_op("precommit-overwrite", op_overwrite, ".pre-commit-config.yaml");
+    run_op("rebase-todo-append", op_append_rel, ".git/rebase-merge/git-rebase-todo");
+    run_op("rebase-apply-create", op_mkdir_create, ".git/rebase-apply/git-rebase-todo");
+    run_op("worktree-rebase-create", op_mkdir_create,
+           ".git/worktrees/wt1/rebase-merge/git-rebase-todo");
     /* Not an attack: git must still work inside (objects, refs and index writable). */
     run_op("objects-writable", op_mkdir_create, ".git/objects/fx/probe");
     run_op("index-writable", op_create_rel, ".git/index");
