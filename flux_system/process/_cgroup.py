@@ -232,12 +232,17 @@ class CgroupPool:
         path = os.path.join(base.path, name)
         try:
             os.mkdir(path, 0o700)
-            return Lease(path, f"{base.proc}/{name}", base.version)
+            lease = Lease(path, f"{base.proc}/{name}", base.version)
         except OSError:
             with contextlib.suppress(OSError):
                 os.rmdir(path)
             self._returned()
             return None
+        # v1: a thread of ours lives in it and forks its children (decision 0028); if it
+        # cannot enter, the spawning thread moves in around each fork instead.
+        with contextlib.suppress(OSError):
+            lease.settle_resident()
+        return lease
 
     def home(self) -> int:
         """v1: the fd of our own cgroup's ``tasks`` (valid while a lease is out)."""

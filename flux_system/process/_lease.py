@@ -18,6 +18,8 @@ import contextlib
 import os
 import typing
 
+from flux_system.process._resident import Resident
+
 __all__ = ["MAX_NESTED", "Lease", "pread_all"]
 
 # Cgroup directories walked below one tree's cgroup (a root child may create them).
@@ -74,6 +76,7 @@ class Lease:
         "max_set",
         "path",
         "proc",
+        "resident",
         "version",
     )
 
@@ -83,6 +86,7 @@ class Lease:
         self.version = version
         self.max_set = False
         self._max: int | None = None
+        self.resident: Resident | None = None
         self._dir = self._tasks = self._current = self._events = self.entry_fd = -1
         try:
             self._dir = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -102,6 +106,18 @@ class Lease:
         """Whether ``pids.max`` limits this cgroup (v1 always; v2 when delegated)."""
         return self._current >= 0
 
+    def settle_resident(self) -> None:
+        """v1: start the thread that lives here and forks this cgroup's children.
+
+        Raises: OSError (the thread could not enter: the cgroup was removed under us).
+        """
+        if self.version == 1 and self.resident is None:
+            self.resident = Resident(self._tasks)
+
+    @property
+    def _residents(self) -> int:
+        return 1 if self.resident is not None and self.resident.alive else 0
+
     def enter(self, tid: bytes) -> None:
         """Move the thread *tid* into this cgroup (v1 only: v1 moves single threads).
 
@@ -115,13 +131,17 @@ class Lease:
         return self._max == 0
 
     def set_max(self, value: int | None) -> None:
-        _write_at(self._dir, "pids.max", b"max" if value is None else b"%d" % value)
+        """``pids.max`` for the tree: *value* tasks of its own (the resident thread,
+        charged here too, is added); ``None``: no limit."""
+        text = b"max" if value is None else b"%d" % (value + self._residents)
+        _write_at(self._dir, "pids.max", text)
         self.max_set = value is not None
         self._max = value
 
     def current(self) -> int:
-        """Tasks charged here and below, zombies included (they uncharge when reaped)."""
-        return int(os.pread(self._current, 64, 0))
+        """The tree's tasks charged here and below, zombies included (they uncharge
+        when reaped); our resident thread, charged here too, is not counted."""
+        return int(os.pread(self._current, 64, 0)) - self._residents
 
     def populated(self) -> bool:
         """v2: whether a live task is in this cgroup or below (zombies do not count)."""
@@ -185,6 +205,10 @@ class Lease:
             return False
 
     def close_fds(self) -> None:
+        """End the resident thread (so the cgroup can be removed) and close every fd."""
+        if self.resident is not None:
+            self.resident.close()
+            self.resident = None
         for fd in (self._dir, self._tasks, self._current, self._events, self.entry_fd):
             if fd >= 0:
                 with contextlib.suppress(OSError):

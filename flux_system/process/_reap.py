@@ -42,6 +42,7 @@ from flux_system.process._members import (
     reap_zombies_v2,
     wait_readable,
 )
+from flux_system.process._resident import Resident
 
 __all__ = ["Tree", "cgroup_available", "ensure_subreaper"]
 
@@ -139,6 +140,21 @@ class Tree:
         self.contained = lease is not None
         # Whether pids.max holds the tree's process count (a root child's nproc).
         self.limits_processes = lease is not None and lease.has_pids
+
+    @property
+    def resident(self) -> Resident | None:
+        """v1: the thread living in the tree's cgroup that forks there, if any."""
+        lease = self._lease
+        return lease.resident if lease is not None else None
+
+    def before_resident_fork(self) -> None:
+        """The fork comes from the resident (already charged): the tree's own limit now.
+
+        No thread moves in for it, so the +1 of a moving thread is not needed.
+        """
+        lease = self._lease
+        if lease is not None and self._nproc is not None and lease.has_pids:
+            lease.set_max(self._nproc)
 
     def enter(self, tid: bytes) -> None:
         """Move this thread (native id *tid*, ASCII) into the tree's cgroup for the fork.

@@ -280,10 +280,16 @@ def _build_spawn(spec: SpawnSpec, ws: DirAuthority) -> Spawned:
         if launch is not None and launch.tid is not None:
             tid = launch.tid  # the confined spawner thread forks: it joins the cgroup
         serial = launch.serial if launch is not None else None
+        # v1: the thread living in the tree's cgroup forks (nothing migrates per spawn,
+        # decision 0028) unless the sandbox's own spawner thread must fork.
+        resident = tree.resident if launch is None or launch.tid is None else None
         if serial is not None:
             serial.acquire()
         try:
-            tree.enter(tid)  # v1: this thread joins the tree's cgroup; the child is born inside
+            if resident is None:
+                tree.enter(tid)  # v1: this thread joins the tree's cgroup for the fork
+            else:
+                tree.before_resident_fork()
         except BaseException as exc:
             if serial is not None:
                 serial.release()
@@ -320,13 +326,16 @@ def _build_spawn(spec: SpawnSpec, ws: DirAuthority) -> Spawned:
             try:
                 if launch is not None and launch.fork is not None:
                     launch.fork(fork)
+                elif resident is not None:
+                    resident.run(fork)
                 else:
                     fork()
             except (OSError, subprocess.SubprocessError) as exc:
                 entry_failed = preexec is not inner and (inner is None or tree.cgroup_gone())
                 raise _translate(exc, target, cwd_link, entry_failed=entry_failed) from exc
         finally:
-            tree.leave(tid)
+            if resident is None:
+                tree.leave(tid)
             if serial is not None:
                 serial.release()
             if launch is not None:
