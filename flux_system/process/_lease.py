@@ -61,7 +61,8 @@ def _write_at(dir_fd: int, name: str, text: bytes) -> None:
 class Lease:
     """One tree's cgroup: ``path`` on disk, ``proc`` as ``/proc/PID/cgroup`` names it.
 
-    v1: the spawning thread enters it (:meth:`enter`) and the child is born inside.
+    v1: a resident thread lives in it and forks its children (:meth:`settle_resident`,
+    decision 0028), or else the spawning thread enters it (:meth:`enter`) for the fork.
     v2: the child moves itself in before exec through :attr:`entry_fd` (an fd of
     ``cgroup.procs`` opened here, so the write is checked against our credentials).
     """

@@ -1,10 +1,11 @@
 """Process trees: who belongs to a child's tree, and killing + reaping all of it.
 
-Mechanism (docs/decisions/0020, 0021, 0024, 0025): every child leads its own process
-group and, when a usable cgroup hierarchy exists, gets its own tree cgroup (a
-:class:`~flux_system.process._lease.Lease`). On cgroup v1 (``pids``) the spawning
-*thread* enters it just around the fork (v1 moves single threads), so the child is born
-inside it with no code between fork and exec; on v2, which moves whole processes only,
+Mechanism (docs/decisions/0020, 0021, 0024, 0025, 0028): every child leads its own
+process group and, when a usable cgroup hierarchy exists, gets its own tree cgroup (a
+:class:`~flux_system.process._lease.Lease`). On cgroup v1 (``pids``) a thread of ours
+lives in it and forks the tree's children (v1 places single threads; the thread entered
+once, when the cgroup was made), so the child is born inside it with no code between
+fork and exec and no thread moves per spawn; on v2, which moves whole processes only,
 the child writes itself into ``cgroup.procs`` before exec (a ``preexec_fn``, paid only
 on v2). A descendant can leave a process group (``setsid``) but not a cgroup; the
 cgroup is the tree's identity and its ``pids.max`` (v1, or v2 when delegated) enforces

@@ -187,3 +187,30 @@ def test_kill_racing_the_exit_is_safe(tmp_path: Path) -> None:
             assert code is not None
             codes.add(code)
         assert codes <= {0, -9}
+
+
+def test_spawns_move_no_thread(
+    tmp_path: Path, contained: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Decision 0028: on v1 the pooled cgroup's resident thread forks, so the spawning
+    # thread never migrates (a migration after a pause waits for an RCU grace period);
+    # on v2 the child moves itself. Every thread move is made to fail: runs still start
+    # inside their tree's cgroup, one after another, reusing it.
+    from flux_system.process import _lease
+
+    def no_move(self: object, tid: bytes) -> None:
+        raise AssertionError("a thread was moved for a spawn")
+
+    with System(make_ws(tmp_path)) as s:
+        s.run(["true"])  # the pooled cgroup (and on v1 its resident) exist from here on
+        monkeypatch.setattr(_lease.Lease, "enter", no_move)
+        prefix, line = _prefix_and_line()
+        seen = set()
+        for _ in range(5):
+            result = s.run(["sh", "-c", f'grep "{line}" /proc/self/cgroup'])
+            assert result.exit_code == 0, result.stderr
+            assert result.tree_contained
+            path = prefix + result.stdout.decode().strip().split(":", 2)[2]
+            assert os.path.dirname(path) == _base()  # the tree's own cgroup
+            seen.add(path)
+        assert len(seen) == 1  # the one pooled cgroup, reused
