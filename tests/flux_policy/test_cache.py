@@ -159,3 +159,72 @@ def test_bad_cache_sizes_are_refused() -> None:
         IndexedEvaluator(policy, cache=-1)
     with pytest.raises(TypeError, match="cache"):
         IndexedEvaluator(policy, cache=True)
+
+
+def test_requests_with_trust_or_scopes_are_cached() -> None:
+    ev = IndexedEvaluator(load_policy_string(PLAIN), cache=8)
+    for req in (
+        Request("a", "read", "workspace/x", trust="low"),
+        Request("a", "read", "workspace/x", scopes=frozenset({"s", "t"})),
+        Request("a", "read", "workspace/x", trust="low", scopes=frozenset({"s"})),
+    ):
+        first = ev.evaluate(req)
+        assert first.effect is Effect.ALLOW
+        assert ev.evaluate(req) is first, req  # kept, not decided again
+    assert len(ev._cache) == 3
+
+
+def test_a_str_subclass_trust_or_scope_never_keys_the_cache() -> None:
+    policy = load_policy_string(PLAIN)
+    ev, ref = IndexedEvaluator(policy, cache=8), ReferenceEvaluator(policy)
+    for req in (
+        Request("a", "read", "workspace/x", trust=_Sly("low")),
+        Request("a", "read", "workspace/x", scopes=frozenset({_Sly("s")})),
+        Request("a", "read", "workspace/x", scopes=frozenset({"s", _Sly("t")})),
+    ):
+        assert ev.evaluate(req) == ref.evaluate(req), req
+    ev.evaluate(Request("a", _Sly("read"), "workspace/x"))
+    assert ev._cache == {}
+
+
+def test_cache_errors_say_what_is_wrong() -> None:
+    policy = load_policy_string(PLAIN)
+    with pytest.raises(ValueError, match=r"^cache must be >= 0$"):
+        IndexedEvaluator(policy, cache=-1)
+    with pytest.raises(TypeError, match=r"^cache must be an int$"):
+        IndexedEvaluator(policy, cache=1.0)  # type: ignore[arg-type]
+
+
+GUARDED = """
+version = 1
+trust_levels = ["low", "high"]
+[[grant]]
+id = "scoped-high"
+subjects = ["**"]
+actions = ["read"]
+resources = ["workspace/**"]
+scopes = ["s"]
+min_trust = "high"
+"""
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_requests_differing_only_by_trust_or_scopes_are_kept_apart(reverse: bool) -> None:
+    ev = IndexedEvaluator(load_policy_string(GUARDED), cache=16)
+    s = frozenset({"s"})
+    cases = [
+        (Request("a", "read", "workspace/x", trust="high", scopes=s), Effect.ALLOW),
+        (Request("a", "read", "workspace/x", trust="low", scopes=s), Effect.DENY),
+        (Request("a", "read", "workspace/x", scopes=s), Effect.DENY),
+        (Request("a", "read", "workspace/x", trust="high"), Effect.DENY),
+        (
+            Request("a", "read", "workspace/x", trust="high", scopes=frozenset({"s", "t"})),
+            Effect.ALLOW,
+        ),
+    ]
+    if reverse:
+        cases.reverse()
+    for _ in range(2):  # the second pass is answered from the cache
+        for req, effect in cases:
+            assert ev.evaluate(req).effect is effect, req
+    assert len(ev._cache) == len(cases)
