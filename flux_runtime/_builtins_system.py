@@ -51,10 +51,19 @@ def _proc(s: Substrate, inp: Mapping[str, Any]) -> Result:
     return _run(s, list(inp["argv"]), inp)
 
 
+# The repository's own config can name commands git runs (core.fsmonitor on status,
+# diff.external and textconv drivers on diff and log, gpg on log.showSignature): the
+# gather-safe git operations switch those off. Not covered: clean/smudge filters named
+# in .gitattributes (their driver names are the repository's), which status may run.
+_GIT_SAFE = ("-c", "core.fsmonitor=false", "-c", "log.showSignature=false", "--no-pager")
+_GIT_NO_DRIVERS = ("--no-ext-diff", "--no-textconv")
+
+
 def _git(*args: str) -> Any:
     def handler(s: Substrate, inp: Mapping[str, Any]) -> Result:
         extra = ["-n", str(inp.get("count", 10))] if args[0] == "log" else []
-        return _run(s, ["git", "--no-pager", *args, *extra], {})
+        drivers = list(_GIT_NO_DRIVERS) if args[0] in ("diff", "log") else []
+        return _run(s, ["git", *_GIT_SAFE, *args, *drivers, *extra], {})
 
     return handler
 
@@ -91,7 +100,9 @@ def _http(s: Substrate, inp: Mapping[str, Any]) -> Result:
 
 
 def _host(inp: Mapping[str, Any]) -> list[str]:
-    return [f"net/{urlsplit(inp['url']).hostname or ''}"]
+    """``net/<host>``, lower-case and without the trailing dot of a fully qualified name
+    (``example.com.`` is ``example.com``: a rule must not be passed by spelling)."""
+    return [f"net/{(urlsplit(inp['url']).hostname or '').rstrip('.')}"]
 
 
 def system_operations() -> list[Operation]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import posixpath
 import re
 import typing
 from collections.abc import Mapping
@@ -28,6 +29,7 @@ from flux_policy import Decision, Effect, Request
 from flux_runtime._approval import ApprovalRequest, Approver, HeadlessApprover, ask
 from flux_runtime._catalog import Catalog, Operation, Result, Risk
 from flux_runtime._errors import EnvelopeError, EnvelopeReason
+from flux_runtime._gate import WALK_GATE
 from flux_secret import Redactor, SecretError, SecretResolver
 
 if typing.TYPE_CHECKING:
@@ -146,7 +148,11 @@ class Executor:
                     reason=EnvelopeReason.POLICY_DENIED,
                 )
             self._approve(op, inp, ctx, decision, record)
-            result = op.handler(self.substrate, self._resolve(op, inp))
+            gate = WALK_GATE.set(lambda name: self._allows(op, name, ctx))
+            try:
+                result = op.handler(self.substrate, self._resolve(op, inp))
+            finally:
+                WALK_GATE.reset(gate)
             outcome = self._redacted(op.name, result)
         except EnvelopeError as exc:
             outcome = self._failed(str(call.op), exc.reason, str(exc))
@@ -180,7 +186,19 @@ class Executor:
             return False
         if op.validate(dict(call.input)):
             return False
-        return self._decide(op, call.input, ctx).effect is not Effect.DENY
+        try:
+            return self._decide(op, call.input, ctx).effect is not Effect.DENY
+        except EnvelopeError:  # e.g. an absolute path: refused when dispatched
+            return False
+
+    def _allows(self, op: Operation, name: str, ctx: Context) -> bool:
+        """Whether *op* may look at workspace file *name* without asking (walk gate)."""
+        now = dt.datetime.now(dt.UTC)
+        resource = f"workspace/{posixpath.normpath(name)}"
+        d = self._evaluator.evaluate(
+            Request(ctx.caller, op.name, resource, trust=ctx.trust, now=now)
+        )
+        return d.effect is Effect.ALLOW
 
     def _decide(self, op: Operation, inp: Mapping[str, Any], ctx: Context) -> Decision:
         now = dt.datetime.now(dt.UTC)
