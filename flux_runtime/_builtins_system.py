@@ -11,6 +11,7 @@ waited and how many retries it made).
 from __future__ import annotations
 
 import datetime as dt
+import posixpath
 import typing
 from collections.abc import Mapping
 from typing import Any
@@ -45,6 +46,15 @@ def _run(s: Substrate, argv: list[str], inp: Mapping[str, Any]) -> Result:
         f"\nstderr:\n{err[:_VIEW_CAP]}" if err else ""
     )
     return Result(content, view)
+
+
+def _process_resources(inp: Mapping[str, Any]) -> list[str]:
+    """``process/<argv0>`` as given and, when it is a path, as its last component too:
+    the strictest decision wins, so a rule on ``process/sh`` also holds for ``/bin/sh``
+    (and a grant must cover both spellings)."""
+    argv0 = str(inp["argv"][0])
+    name = posixpath.basename(argv0)
+    return [f"process/{argv0}"] if name in ("", argv0) else [f"process/{argv0}", f"process/{name}"]
 
 
 def _proc(s: Substrate, inp: Mapping[str, Any]) -> Result:
@@ -129,7 +139,7 @@ def system_operations() -> list[Operation]:
             Risk.HIGH,
             False,
             _proc,
-            lambda i: [f"process/{i['argv'][0]}"],
+            _process_resources,
             secrets=True,
         ),
         Operation(

@@ -146,3 +146,39 @@ def test_git_reads_run_no_command_the_repository_configures(tmp_path: Path) -> N
         assert status.ok and "VERSION" in status.view
         assert diff.ok and "+2" in diff.view
         assert not (ws / "fsmon_out").exists() and not (ws / "ext_out").exists()
+
+
+DENY_SH = """
+version = 1
+[[grant]]
+id = "procs"
+subjects = ["**"]
+actions = ["proc.run"]
+resources = ["process/**"]
+[[deny]]
+id = "no-sh"
+subjects = ["**"]
+actions = ["**"]
+resources = ["process/sh"]
+"""
+
+
+def test_a_process_deny_holds_for_every_spelling_of_argv0(tmp_path: Path) -> None:
+    with rig(tmp_path, policy=DENY_SH) as r:
+        ok = r.executor.dispatch(Call("proc.run", {"argv": ["/bin/echo", "hi"]}), _ctx())
+        assert ok.ok and "hi" in ok.view  # positive control: the grant runs processes
+        for argv0 in ("sh", "/bin/sh", "/usr/bin/sh", "./sh"):
+            call = Call("proc.run", {"argv": [argv0, "-c", "echo SH_RAN"]})
+            out = r.executor.dispatch(call, _ctx())
+            assert not out.ok and out.reason is EnvelopeReason.POLICY_DENIED, argv0
+
+
+def test_a_stage_answer_nested_past_the_parser_fails_closed() -> None:
+    import pytest
+
+    from flux_runtime import EnvelopeError
+    from flux_runtime._stages import parse_stage
+
+    with pytest.raises(EnvelopeError) as info:
+        parse_stage("intent", "[" * 200_000)
+    assert info.value.reason is EnvelopeReason.BAD_STAGE_OUTPUT
