@@ -96,6 +96,37 @@ class Outcome:
         }
 
 
+_MAX_INPUT_DEPTH = 64  # an input nested deeper cannot be recorded whole (evidence: 128)
+
+
+def unrecordable(value: object, depth: int = 0) -> str | None:
+    """Why *value* cannot be an evidence record's input, or ``None`` when it can.
+
+    Refused up front (``INVALID_INPUT``) rather than failing the evidence append after
+    the handler ran: nesting deeper than :data:`_MAX_INPUT_DEPTH`, or a string that is
+    not valid Unicode text (a lone surrogate).
+    """
+    if depth > _MAX_INPUT_DEPTH:
+        return f"nests deeper than {_MAX_INPUT_DEPTH}"
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return "holds a string that is not valid Unicode text (a lone surrogate)"
+        return None
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            why = unrecordable(key, depth + 1) or unrecordable(item, depth + 1)
+            if why is not None:
+                return why
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            why = unrecordable(item, depth + 1)
+            if why is not None:
+                return why
+    return None
+
+
 class Executor:
     """Dispatches calls against one substrate under one policy (module docstring)."""
 
@@ -117,7 +148,7 @@ class Executor:
     # -- the pipeline ------------------------------------------------------------
     def dispatch(self, call: Call, ctx: Context) -> Outcome:
         record: dict[str, Any] = {
-            "op": str(call.op)[:200],
+            "op": str(call.op)[:200].encode("utf-8", "replace").decode("utf-8"),
             "policy_digest": self.policy_digest,
             "batch": ctx.batch_approved,
         }
@@ -130,6 +161,10 @@ class Executor:
                     reason=EnvelopeReason.NOT_OFFERED,
                 )
             inp = dict(call.input) if isinstance(call.input, Mapping) else call.input
+            why = unrecordable(inp)
+            if why is not None:  # refused before anything runs, and recorded as refused
+                record["input"] = f"(not recorded: {why})"
+                raise EnvelopeError(f"input {why}", op=op.name, reason=EnvelopeReason.INVALID_INPUT)
             record["input"] = self._redact_tree(inp, {})
             problems = op.validate(inp)
             if problems:
@@ -184,7 +219,7 @@ class Executor:
         op = self.catalog.get(call.op)
         if ctx.offered is not None and op.name not in ctx.offered:
             return False
-        if op.validate(dict(call.input)):
+        if op.validate(dict(call.input)) or unrecordable(call.input) is not None:
             return False
         try:
             return self._decide(op, call.input, ctx).effect is not Effect.DENY

@@ -182,3 +182,22 @@ def test_a_stage_answer_nested_past_the_parser_fails_closed() -> None:
     with pytest.raises(EnvelopeError) as info:
         parse_stage("intent", "[" * 200_000)
     assert info.value.reason is EnvelopeReason.BAD_STAGE_OUTPUT
+
+
+def test_inputs_the_evidence_log_cannot_hold_are_refused_and_recorded(tmp_path: Path) -> None:
+    deep: object = "x"
+    for _ in range(130):
+        deep = [deep]
+    with rig(tmp_path, policy=DENY_SH) as r:
+        (r.root / "a.txt").write_text("a\n")
+        cases = (
+            Call("proc.run", {"argv": ["/bin/echo", "hi"], "env": {"K": deep}}),
+            Call("read", {"path": "\ud800"}),
+        )
+        for call in cases:
+            assert not r.executor.admissible(call, _ctx())
+            out = r.executor.dispatch(call, _ctx())  # used to raise EvidenceError
+            assert not out.ok and out.reason is EnvelopeReason.INVALID_INPUT
+        ops = r.ops()
+        assert len(ops) == 2 and all(o["input"].startswith("(not recorded:") for o in ops)
+        assert r.verified() >= 2
