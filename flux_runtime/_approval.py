@@ -35,10 +35,32 @@ class ApprovalRequest:
     reason: str
 
     def describe(self) -> str:
+        """The prompt: one line per action naming its op, then every input field on a
+        line of its own, each value cut by itself at :data:`FIELD_SHOWN` characters (a
+        long value can never push another field — a path, a URL, a header — out of
+        sight), the fields that name a target first."""
         lines = [f"approve {self.kind} {self.digest[:23]} ({self.reason})?"]
         for i, (a, risk) in enumerate(zip(self.actions, self.risks, strict=True), 1):
-            lines.append(f"  {i}. [{risk}] {a['op']} {a['input']}"[:2000])
+            lines.append(f"  {i}. [{risk}] {a['op']}")
+            inp = a["input"]
+            if not isinstance(inp, dict):
+                lines.append(f"       {_shown(inp)}")
+                continue
+            for key in sorted(inp, key=lambda k: (k not in _TARGET_FIELDS, str(k))):
+                lines.append(f"       {str(key)[:60]}: {_shown(inp[key])}")
         return "\n".join(lines)
+
+
+FIELD_SHOWN = 300  # characters of one input value in an approval prompt
+# Fields that say where an effect lands: shown before the others.
+_TARGET_FIELDS = frozenset({"path", "paths", "url", "argv", "cwd", "env", "headers", "method"})
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    if len(text) <= FIELD_SHOWN:
+        return text
+    return f"{text[:FIELD_SHOWN]}... ({len(text) - FIELD_SHOWN} more characters)"
 
 
 @typing.runtime_checkable

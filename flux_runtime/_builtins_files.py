@@ -17,6 +17,7 @@ from typing import Any
 
 from flux_runtime._catalog import Operation, Result, Risk
 from flux_runtime._errors import EnvelopeError, EnvelopeReason
+from flux_runtime._gate import visible
 from flux_system import FluxSystemError
 
 if typing.TYPE_CHECKING:
@@ -39,6 +40,20 @@ def _obj(props: dict[str, Any], required: list[str]) -> dict[str, Any]:
 
 
 def _ws(path: str) -> list[str]:
+    """The policy resource of a workspace path: ``workspace/<normalised path>``.
+
+    Raises:
+        EnvelopeError: ``INVALID_INPUT`` for an absolute path — the substrate would
+            accept one beneath its root, but a path-scoped rule (``workspace/secrets/**``)
+            is written for the relative spelling and would not see it.
+    """
+    if path.startswith("/"):
+        raise EnvelopeError(
+            "workspace paths are relative to the workspace (an absolute path is refused)",
+            op="path",
+            reason=EnvelopeReason.INVALID_INPUT,
+            target=path[:200],
+        )
     norm = posixpath.normpath(path)
     return ["workspace" if norm == "." else f"workspace/{norm}"]
 
@@ -63,7 +78,8 @@ def _read_many(s: Substrate, inp: Mapping[str, Any]) -> Result:
 
 
 def _listing(s: Substrate, base: str) -> list[str]:
-    return sorted(s.files.walk(base, max_entries=10_000))
+    """The names below *base* this operation may look at (the policy, per file)."""
+    return sorted(n for n in s.files.walk(base, max_entries=10_000) if visible(n))
 
 
 def _glob(s: Substrate, inp: Mapping[str, Any]) -> Result:

@@ -11,6 +11,7 @@ waited and how many retries it made).
 from __future__ import annotations
 
 import datetime as dt
+import posixpath
 import typing
 from collections.abc import Mapping
 from typing import Any
@@ -47,14 +48,32 @@ def _run(s: Substrate, argv: list[str], inp: Mapping[str, Any]) -> Result:
     return Result(content, view)
 
 
+def _process_resources(inp: Mapping[str, Any]) -> list[str]:
+    """``process/<argv0>`` as given and, when it is a path, as its last component too:
+    the strictest decision wins, so a rule on ``process/sh`` also holds for ``/bin/sh``
+    (and a grant must cover both spellings)."""
+    argv0 = str(inp["argv"][0])
+    name = posixpath.basename(argv0)
+    return [f"process/{argv0}"] if name in ("", argv0) else [f"process/{argv0}", f"process/{name}"]
+
+
 def _proc(s: Substrate, inp: Mapping[str, Any]) -> Result:
     return _run(s, list(inp["argv"]), inp)
+
+
+# The repository's own config can name commands git runs (core.fsmonitor on status,
+# diff.external and textconv drivers on diff and log, gpg on log.showSignature): the
+# gather-safe git operations switch those off. Not covered: clean/smudge filters named
+# in .gitattributes (their driver names are the repository's), which status may run.
+_GIT_SAFE = ("-c", "core.fsmonitor=false", "-c", "log.showSignature=false", "--no-pager")
+_GIT_NO_DRIVERS = ("--no-ext-diff", "--no-textconv")
 
 
 def _git(*args: str) -> Any:
     def handler(s: Substrate, inp: Mapping[str, Any]) -> Result:
         extra = ["-n", str(inp.get("count", 10))] if args[0] == "log" else []
-        return _run(s, ["git", "--no-pager", *args, *extra], {})
+        drivers = list(_GIT_NO_DRIVERS) if args[0] in ("diff", "log") else []
+        return _run(s, ["git", *_GIT_SAFE, *args, *drivers, *extra], {})
 
     return handler
 
@@ -91,7 +110,9 @@ def _http(s: Substrate, inp: Mapping[str, Any]) -> Result:
 
 
 def _host(inp: Mapping[str, Any]) -> list[str]:
-    return [f"net/{urlsplit(inp['url']).hostname or ''}"]
+    """``net/<host>``, lower-case and without the trailing dot of a fully qualified name
+    (``example.com.`` is ``example.com``: a rule must not be passed by spelling)."""
+    return [f"net/{(urlsplit(inp['url']).hostname or '').rstrip('.')}"]
 
 
 def system_operations() -> list[Operation]:
@@ -118,7 +139,7 @@ def system_operations() -> list[Operation]:
             Risk.HIGH,
             False,
             _proc,
-            lambda i: [f"process/{i['argv'][0]}"],
+            _process_resources,
             secrets=True,
         ),
         Operation(

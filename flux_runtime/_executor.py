@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import posixpath
 import re
 import typing
 from collections.abc import Mapping
@@ -28,6 +29,7 @@ from flux_policy import Decision, Effect, Request
 from flux_runtime._approval import ApprovalRequest, Approver, HeadlessApprover, ask
 from flux_runtime._catalog import Catalog, Operation, Result, Risk
 from flux_runtime._errors import EnvelopeError, EnvelopeReason
+from flux_runtime._gate import WALK_GATE
 from flux_secret import Redactor, SecretError, SecretResolver
 
 if typing.TYPE_CHECKING:
@@ -94,6 +96,37 @@ class Outcome:
         }
 
 
+_MAX_INPUT_DEPTH = 64  # an input nested deeper cannot be recorded whole (evidence: 128)
+
+
+def unrecordable(value: object, depth: int = 0) -> str | None:
+    """Why *value* cannot be an evidence record's input, or ``None`` when it can.
+
+    Refused up front (``INVALID_INPUT``) rather than failing the evidence append after
+    the handler ran: nesting deeper than :data:`_MAX_INPUT_DEPTH`, or a string that is
+    not valid Unicode text (a lone surrogate).
+    """
+    if depth > _MAX_INPUT_DEPTH:
+        return f"nests deeper than {_MAX_INPUT_DEPTH}"
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return "holds a string that is not valid Unicode text (a lone surrogate)"
+        return None
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            why = unrecordable(key, depth + 1) or unrecordable(item, depth + 1)
+            if why is not None:
+                return why
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            why = unrecordable(item, depth + 1)
+            if why is not None:
+                return why
+    return None
+
+
 class Executor:
     """Dispatches calls against one substrate under one policy (module docstring)."""
 
@@ -115,7 +148,7 @@ class Executor:
     # -- the pipeline ------------------------------------------------------------
     def dispatch(self, call: Call, ctx: Context) -> Outcome:
         record: dict[str, Any] = {
-            "op": str(call.op)[:200],
+            "op": str(call.op)[:200].encode("utf-8", "replace").decode("utf-8"),
             "policy_digest": self.policy_digest,
             "batch": ctx.batch_approved,
         }
@@ -128,6 +161,10 @@ class Executor:
                     reason=EnvelopeReason.NOT_OFFERED,
                 )
             inp = dict(call.input) if isinstance(call.input, Mapping) else call.input
+            why = unrecordable(inp)
+            if why is not None:  # refused before anything runs, and recorded as refused
+                record["input"] = f"(not recorded: {why})"
+                raise EnvelopeError(f"input {why}", op=op.name, reason=EnvelopeReason.INVALID_INPUT)
             record["input"] = self._redact_tree(inp, {})
             problems = op.validate(inp)
             if problems:
@@ -146,7 +183,11 @@ class Executor:
                     reason=EnvelopeReason.POLICY_DENIED,
                 )
             self._approve(op, inp, ctx, decision, record)
-            result = op.handler(self.substrate, self._resolve(op, inp))
+            gate = WALK_GATE.set(lambda name: self._allows(op, name, ctx))
+            try:
+                result = op.handler(self.substrate, self._resolve(op, inp))
+            finally:
+                WALK_GATE.reset(gate)
             outcome = self._redacted(op.name, result)
         except EnvelopeError as exc:
             outcome = self._failed(str(call.op), exc.reason, str(exc))
@@ -178,9 +219,21 @@ class Executor:
         op = self.catalog.get(call.op)
         if ctx.offered is not None and op.name not in ctx.offered:
             return False
-        if op.validate(dict(call.input)):
+        if op.validate(dict(call.input)) or unrecordable(call.input) is not None:
             return False
-        return self._decide(op, call.input, ctx).effect is not Effect.DENY
+        try:
+            return self._decide(op, call.input, ctx).effect is not Effect.DENY
+        except EnvelopeError:  # e.g. an absolute path: refused when dispatched
+            return False
+
+    def _allows(self, op: Operation, name: str, ctx: Context) -> bool:
+        """Whether *op* may look at workspace file *name* without asking (walk gate)."""
+        now = dt.datetime.now(dt.UTC)
+        resource = f"workspace/{posixpath.normpath(name)}"
+        d = self._evaluator.evaluate(
+            Request(ctx.caller, op.name, resource, trust=ctx.trust, now=now)
+        )
+        return d.effect is Effect.ALLOW
 
     def _decide(self, op: Operation, inp: Mapping[str, Any], ctx: Context) -> Decision:
         now = dt.datetime.now(dt.UTC)

@@ -42,6 +42,12 @@ def parse_stage(stage: str, reply: str) -> dict[str, Any]:
         value: object = json.loads(reply)
     except (ValueError, TypeError):
         value = reply  # not JSON at all: an untagged string
+    except RecursionError:  # nested past the parser's depth: refused, never a crash
+        raise EnvelopeError(
+            f"stage {stage!r} received JSON nested too deeply to read",
+            op=stage,
+            reason=EnvelopeReason.BAD_STAGE_OUTPUT,
+        ) from None
     tags = STAGE_TAGS[stage]
     if isinstance(value, dict) and value.get("type") in tags:
         return value

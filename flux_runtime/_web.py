@@ -34,11 +34,11 @@ import re
 import typing
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import urlsplit
 
 from bs4 import BeautifulSoup, Comment, Tag
 from markdownify import MarkdownConverter
 
+from flux_runtime._builtins_system import _host
 from flux_runtime._catalog import Operation, Result, Risk
 from flux_runtime._errors import EnvelopeError, EnvelopeReason
 
@@ -247,10 +247,6 @@ def _fetch(s: Substrate, inp: Mapping[str, Any]) -> Result:
     head = f"HTTP {r.status} {r.url} ({kind})" + (f"\n# {title}" if title else "")
     tail = f"\n[truncated at: {', '.join(cuts)}]" if cuts else ""
     return Result(content, f"{head}\n\n{text}{tail}")
-
-
-def _host(inp: Mapping[str, Any]) -> list[str]:
-    return [f"net/{urlsplit(inp['url']).hostname or ''}"]
 
 
 def web_operations() -> list[Operation]:
