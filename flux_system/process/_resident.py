@@ -32,10 +32,34 @@ import time
 import typing
 from collections.abc import Callable
 
-__all__ = ["Resident"]
+__all__ = ["Job", "Resident", "hand_off"]
 
 _EXIT_POLLS = 2000  # x 0.5 ms: a thread's exit after join takes microseconds
-_Job = tuple[Callable[[], None], list[BaseException], threading.Event]
+Job = tuple[Callable[[], None], list[BaseException], threading.Event]
+"""A callable for a worker thread, the list its exception lands in, and its done flag."""
+
+
+def hand_off(jobs: queue.SimpleQueue[Job | None], fn: Callable[[], None]) -> None:
+    """Queue *fn* for the thread serving *jobs*, wait for it, re-raise what it raised.
+
+    Waits for the job even through ``KeyboardInterrupt`` (re-raised afterwards): the
+    caller must never clean up a fork that is still in progress. Shared by the
+    resident thread and the sandbox's confined spawner thread.
+    """
+    errors: list[BaseException] = []
+    done = threading.Event()
+    jobs.put((fn, errors, done))
+    interrupted: BaseException | None = None
+    while True:
+        try:
+            done.wait()
+            break
+        except BaseException as exc:  # re-raised once the fork is over
+            interrupted = exc
+    if errors:
+        raise errors[0]
+    if interrupted is not None:
+        raise interrupted
 
 
 @typing.final
@@ -50,7 +74,7 @@ class Resident:
         Raises:
             OSError: the thread could not enter the cgroup (``ENODEV``: removed).
         """
-        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
         self._closed = False
         self.error: OSError | None = None
         self.tid = b""
@@ -94,20 +118,7 @@ class Resident:
         """Run *fn* on the resident thread; re-raise what it raised."""
         if self._closed:
             raise OSError(19, "the cgroup's resident thread is closed")  # ENODEV
-        errors: list[BaseException] = []
-        done = threading.Event()
-        self._jobs.put((fn, errors, done))
-        interrupted: BaseException | None = None
-        while True:
-            try:
-                done.wait()
-                break
-            except BaseException as exc:  # re-raised once the fork is over
-                interrupted = exc
-        if errors:
-            raise errors[0]
-        if interrupted is not None:
-            raise interrupted
+        hand_off(self._jobs, fn)
 
     def close(self) -> None:
         """End the thread and wait until the kernel has let it go. Idempotent.

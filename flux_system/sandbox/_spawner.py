@@ -34,6 +34,7 @@ import flux_system.sandbox._landlock as _landlock
 import flux_system.sandbox._libseccomp as _libseccomp
 import flux_system.sandbox._seccomp as _seccomp
 from flux_system.process._confine import Denial
+from flux_system.process._resident import Job, hand_off
 
 __all__ = ["Spawner"]
 
@@ -59,9 +60,7 @@ class Spawner:
     """One restricted thread forking children, plus the unrestricted listener."""
 
     def __init__(self, rules: _landlock.Ruleset, spec: _seccomp.FilterSpec) -> None:
-        self._jobs: queue.SimpleQueue[
-            tuple[Callable[[], None], list[BaseException], threading.Event] | None
-        ] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
         self._ready = threading.Event()
         self._error: OSError | None = None
         self._notify_fd = -1
@@ -134,20 +133,7 @@ class Spawner:
         """
         if self._closed.is_set():
             raise OSError(errno.ESHUTDOWN, "the sandbox spawner is closed")
-        errors: list[BaseException] = []
-        done = threading.Event()
-        self._jobs.put((fn, errors, done))
-        interrupted: BaseException | None = None
-        while True:
-            try:
-                done.wait()
-                break
-            except BaseException as exc:  # re-raised once the fork is over
-                interrupted = exc
-        if errors:
-            raise errors[0]
-        if interrupted is not None:
-            raise interrupted
+        hand_off(self._jobs, fn)
 
     # -- denials -----------------------------------------------------------------------
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import signal
 import subprocess
 import time
@@ -20,11 +21,9 @@ def _report(tmp_path: Path, *args: str, input: bytes | None = None) -> tuple[int
 
 
 def test_report_of_an_exit(tmp_path: Path) -> None:
-    started = time.monotonic()
     code, r = _report(
         tmp_path, "--", "sh", "-c", "cat >/dev/null; printf abc; printf de >&2; exit 3", input=b"12"
     )
-    elapsed = time.monotonic() - started
     assert code == 3
     assert r["schema"] == "flux.exec.report/1"
     assert r["command"] == "sh"
@@ -33,9 +32,9 @@ def test_report_of_an_exit(tmp_path: Path) -> None:
     assert r["stdout"] == {"bytes": 3, "delivered": 3, "truncated": False}
     assert r["stderr"] == {"bytes": 2, "delivered": 2, "truncated": False}
     assert r["stdin"] == {"mode": "stream", "bytes": 2}
-    # Consistency, not speed: the command's duration lies inside the whole flux run the
-    # test watched (no threshold of its own).
-    assert isinstance(r["duration_s"], float) and 0 < r["duration_s"] <= elapsed
+    # Its type and sense only: speed is measured in bench/, never asserted here.
+    assert isinstance(r["duration_s"], float) and math.isfinite(r["duration_s"])
+    assert r["duration_s"] >= 0
     assert r["error"] is None
     sandbox = r["sandbox"]
     assert sandbox["backend"] == "bwrap" and sandbox["profile"] == "default"
