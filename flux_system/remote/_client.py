@@ -60,6 +60,9 @@ from flux_system.remote._wire import (
 __all__ = ["Call", "Client"]
 
 _RECV = 256 * 1024
+_MIN_BEAT_S = 0.01
+_MAX_BEAT_S = 60.0
+"""Pinging more often than the server asks is harmless; this bounds both ways."""
 
 
 _ENDING = threading.Lock()  # orders Call.finish against the lazy creation of Call.done
@@ -82,6 +85,7 @@ class Call:
         self.value: object = None
         self.error: BaseException | None = None
         self.download: list[bytes] = []
+        self.room: int | None = 0  # download bytes still allowed (None: unbounded)
         self.on_chunk: Callable[[str, bytes], None] | None = None
         self.on_event: Callable[[Event], None] | None = None
 
@@ -168,17 +172,32 @@ class Client:
             hello["token"] = token
         self._decoder = FrameDecoder()
         self._pending: list[dict[str, object]] = []
+        # The channel blocks: a server that never answers would hold recv (and a send
+        # into a full pipe) forever. At the deadline the channel is shut, which ends both.
+        settled = threading.Lock()  # taken once: by the timer firing, or by the answer
+        timer = threading.Timer(self._timeout, self._expire, (settled,))
+        timer.daemon = True
+        timer.start()
         try:
             self._ch.send_all(encode_frame(hello))
             first = self._recv_one(deadline=time.monotonic() + self._timeout)
-        except PortError:
+            if not settled.acquire(blocking=False):
+                raise ConnectionError("the handshake timed out")
+        except (PortError, OSError) as exc:
             self._ch.close()
-            raise
-        except OSError as exc:
-            self._ch.close()
+            if not settled.acquire(blocking=False):  # the timer fired and shut the channel
+                raise UnreachableError(
+                    f"{self.target}: no handshake answer within {self._timeout:g} s",
+                    op="connect",
+                    target=self.target,
+                ) from exc
+            if isinstance(exc, PortError):
+                raise
             raise UnreachableError(
                 f"{self.target}: handshake failed: {exc}", op="connect", target=self.target
             ) from exc
+        finally:
+            timer.cancel()
         msg = parse_message(first)
         if isinstance(msg, Goodbye):
             self._ch.close()
@@ -198,6 +217,10 @@ class Client:
                 reason=PortReason.PROTOCOL,
             )
         return msg
+
+    def _expire(self, settled: threading.Lock) -> None:
+        if settled.acquire(blocking=False):  # else the answer came first
+            self._ch.shutdown()
 
     def _recv_one(self, deadline: float) -> dict[str, object]:
         while not self._pending:
@@ -256,6 +279,9 @@ class Client:
         on_event: Callable[[Event], None] | None,
     ) -> Call:
         call = Call(next(self._ids), op)
+        if op == "read_bytes":  # a read gets at most what it asked for; nothing else any
+            limit = args.get("limit")
+            call.room = limit if isinstance(limit, int) else None
         call.on_chunk = on_chunk
         call.on_event = on_event
         try:
@@ -421,6 +447,16 @@ class Client:
 
     def _chunk(self, call: Call, stream: str, data: bytes) -> None:
         if stream == "download":
+            room = call.room
+            if room is not None:
+                if len(data) > room:
+                    raise PortError(
+                        f"{call.op} got more download than it asked for",
+                        op=call.op,
+                        target=self.target,
+                        reason=PortReason.PROTOCOL,
+                    )
+                call.room = room - len(data)
             call.download.append(data)
         elif call.on_chunk is not None:
             call.on_chunk(stream, data)
@@ -488,7 +524,9 @@ class Client:
         return err
 
     def _heartbeat(self) -> None:
-        interval = self.welcome.limits.heartbeat_s
+        # The server's figure, held to a sane range: a ping storm (1e-9) or a heartbeat
+        # that never comes (1e308: sleep() overflows) would be the server's choice, not ours.
+        interval = min(max(self.welcome.limits.heartbeat_s, _MIN_BEAT_S), _MAX_BEAT_S)
         nonce = 0
         while True:
             time.sleep(interval)

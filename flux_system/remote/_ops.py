@@ -226,6 +226,18 @@ def _field(value: dict[str, typing.Any], name: str, kind: type | tuple[type, ...
     return item
 
 
+def _real(item: object, name: str) -> float:
+    try:
+        return float(typing.cast("int | float", item))
+    except OverflowError:  # an integer past float's range (JSON allows any length)
+        raise _bad(f"result field {name!r} is out of range") from None
+
+
+def _number(value: dict[str, typing.Any], name: str) -> float:
+    """*value[name]*, an int or float, as a float (``bool`` refused, overflow refused)."""
+    return _real(_field(value, name, (int, float)), name)
+
+
 def decode_file_info(value: object) -> FileInfo:
     if not isinstance(value, dict):
         raise _bad("stat result is not an object")
@@ -237,7 +249,7 @@ def decode_file_info(value: object) -> FileInfo:
         kind=kind,
         size=_field(value, "size", int),
         mode=_field(value, "mode", int),
-        mtime=float(_field(value, "mtime", (int, float))),
+        mtime=_number(value, "mtime"),
         nlink=_field(value, "nlink", int),
         inode=_field(value, "inode", int),
         device=_field(value, "device", int),
@@ -273,7 +285,7 @@ def decode_run_result(value: object) -> RunResult:
         stderr=b64d(_field(value, "stderr", str), what="stderr"),
         stdout_truncated=_field(value, "stdout_truncated", bool),
         stderr_truncated=_field(value, "stderr_truncated", bool),
-        duration_s=float(_field(value, "duration_s", (int, float))),
+        duration_s=_number(value, "duration_s"),
         signal=signal,
         stdout_dropped=_field(value, "stdout_dropped", int),
         stderr_dropped=_field(value, "stderr_dropped", int),
@@ -310,7 +322,7 @@ def decode_http(value: object) -> HttpResult:
         body=b64d(_field(value, "body", str), what="body"),
         truncated=_field(value, "truncated", bool),
         url=_field(value, "url", str),
-        waited=float(_field(value, "waited", (int, float))),
+        waited=_number(value, "waited"),
         retries=_field(value, "retries", int),
     )
 
@@ -353,8 +365,8 @@ def decode_metrics(value: object) -> Metrics:
             or ((raw is None) == (why is None))
         ):
             raise _bad(f"metric {name!r} is malformed")
-        parts[name] = Metric(None if raw is None else float(raw), unit, why)
-    return Metrics(taken_at=float(_field(value, "taken_at", (int, float))), **parts)
+        parts[name] = Metric(None if raw is None else _real(raw, name), unit, why)
+    return Metrics(taken_at=_number(value, "taken_at"), **parts)
 
 
 def encode_identity(me: Identity, workspace: str) -> dict[str, object]:

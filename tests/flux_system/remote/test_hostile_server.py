@@ -1,0 +1,264 @@
+"""The client against a hostile server: a real Unix socket whose far end lies.
+
+Each server here is a few lines of this test speaking raw frames; what it sends is
+the attack. The client must end every call in a documented PortError subclass, in
+bounded time and memory, whatever the far side says (DESIGN §2.6).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import socket
+import struct
+import tempfile
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from flux_system import PortError, UnreachableError
+from flux_system.port import Substrate
+from flux_system.remote import connect
+
+SERVER_INFO = {
+    "hostname": "h",
+    "system": "Linux",
+    "release": "r",
+    "machine": "m",
+    "uid": 0,
+    "pid": 1,
+    "flux_version": "0",
+    "sandbox": [],
+    "workspace": "/w",
+}
+OPS = sorted(
+    [
+        "read_bytes",
+        "write_bytes",
+        "append_bytes",
+        "mkdir",
+        "remove",
+        "rename",
+        "list_dir",
+        "walk",
+        "stat",
+        "exists",
+        "is_dir",
+        "metrics",
+        "identity",
+    ]
+)
+
+
+def welcome(**limits: float) -> dict[str, Any]:
+    base: dict[str, float] = {
+        "max_frame": 8 * 1024 * 1024,
+        "max_chunk": 4 * 1024 * 1024,
+        "max_in_flight": 32,
+        "max_buffered_output": 1024 * 1024,
+        "heartbeat_s": 10.0,
+    }
+    base.update(limits)
+    return {
+        "type": "welcome",
+        "protocol": "flux-port",
+        "version": 1,
+        "server": SERVER_INFO,
+        "operations": OPS,
+        "limits": base,
+    }
+
+
+def frame(obj: dict[str, Any]) -> bytes:
+    body = json.dumps(obj).encode()
+    return struct.pack(">I", len(body)) + body
+
+
+def read_frame(conn: socket.socket) -> dict[str, Any]:
+    head = conn.recv(4, socket.MSG_WAITALL)
+    (n,) = struct.unpack(">I", head)
+    out: dict[str, Any] = json.loads(conn.recv(n, socket.MSG_WAITALL))
+    return out
+
+
+Behaviour = Callable[[socket.socket], None]
+
+
+@contextlib.contextmanager
+def hostile(behave: Behaviour) -> Iterator[str]:
+    """A Unix socket whose one connection is handled by *behave*."""
+    where = tempfile.mkdtemp(prefix="flux-hostile-")
+    path = os.path.join(where, "s")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(1)
+    conns: list[socket.socket] = []
+
+    def serve() -> None:
+        with contextlib.suppress(OSError):
+            conn, _ = listener.accept()
+            conns.append(conn)
+            with contextlib.suppress(OSError, ValueError, struct.error):
+                behave(conn)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"unix:{path}"
+    finally:
+        listener.close()
+        for conn in conns:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+            conn.close()
+        thread.join(30)
+        os.unlink(path)
+        os.rmdir(where)
+
+
+def guarded(fn: Callable[[], object], *, guard: float = 30.0) -> BaseException | object:
+    """Run *fn* on a thread; its exception or value. A hang fails the test."""
+    out: list[object] = []
+
+    def go() -> None:
+        try:
+            out.append(fn())
+        except BaseException as exc:
+            out.append(exc)
+
+    thread = threading.Thread(target=go, daemon=True)
+    thread.start()
+    thread.join(guard)
+    assert not thread.is_alive(), f"the client hung for {guard} s"
+    return out[0]
+
+
+def then_welcome(after: Behaviour, **limits: float) -> Behaviour:
+    def behave(conn: socket.socket) -> None:
+        assert read_frame(conn)["type"] == "hello"
+        conn.sendall(frame(welcome(**limits)))
+        after(conn)
+
+    return behave
+
+
+def test_a_server_that_never_answers_the_hello_times_the_connect_out() -> None:
+    heard = threading.Event()
+
+    def silent(conn: socket.socket) -> None:
+        if read_frame(conn)["type"] == "hello":
+            heard.set()  # positive control: the client got through and spoke
+        conn.recv(1)  # and then nothing, until the client gives up
+
+    with hostile(silent) as target:
+        got = guarded(lambda: connect(target, timeout=0.5))
+    assert heard.is_set()
+    assert isinstance(got, UnreachableError), got
+    assert "no handshake answer within 0.5 s" in got.message
+
+
+def test_a_download_past_the_reads_limit_is_refused() -> None:
+    sent = [0]
+
+    def endless(conn: socket.socket) -> None:
+        req = read_frame(conn)
+        data = base64.b64encode(b"x" * (1 << 20)).decode()
+        piece = {"type": "chunk", "id": req["id"], "stream": "download", "data": data}
+        while True:  # never ends: the client must stop it, not run out of memory
+            conn.sendall(frame({**piece, "last": False}))
+            sent[0] += 1 << 20
+
+    with hostile(then_welcome(endless)) as target:
+        sub = connect(target, timeout=5)
+        try:
+            got = guarded(lambda: sub.files.read_bytes("f", limit=10))
+        finally:
+            sub.close()
+    assert sent[0] >= 1 << 20  # positive control: the flood was sent
+    assert isinstance(got, UnreachableError), got
+    assert "more download than it asked for" in str(got.__cause__)
+
+
+def test_a_download_for_a_call_that_reads_nothing_is_refused() -> None:
+    def misroute(conn: socket.socket) -> None:
+        req = read_frame(conn)
+        assert req["op"] == "stat"
+        data = base64.b64encode(b"y" * 100).decode()
+        chunk = {"type": "chunk", "id": req["id"], "stream": "download", "data": data}
+        conn.sendall(frame({**chunk, "last": False}))
+        conn.recv(1)
+
+    with hostile(then_welcome(misroute)) as target:
+        sub = connect(target, timeout=5)
+        try:
+            got = guarded(lambda: sub.files.stat("f"))
+        finally:
+            sub.close()
+    assert isinstance(got, UnreachableError), got
+    assert "more download than it asked for" in str(got.__cause__)
+
+
+def _stat_value(mtime: str) -> Behaviour:
+    def answer(conn: socket.socket) -> None:
+        req = read_frame(conn)
+        value = (
+            '{"kind":"file","size":1,"mode":420,"mtime":' + mtime + ',"nlink":1,'
+            '"inode":1,"device":1,"uid":0,"gid":0}'
+        )
+        body = ('{"type":"result","id":' + str(req["id"]) + ',"value":' + value + "}").encode()
+        conn.sendall(struct.pack(">I", len(body)) + body)
+        conn.recv(1)
+
+    return answer
+
+
+@pytest.mark.parametrize("mtime", ["1" + "0" * 400, "-" + "9" * 400], ids=["huge", "-huge"])
+def test_a_number_past_floats_range_is_a_protocol_error(mtime: str) -> None:
+    with hostile(then_welcome(_stat_value("12.5"))) as target:  # positive control
+        sub: Substrate = connect(target, timeout=5)
+        try:
+            assert sub.files.stat("f").mtime == 12.5
+        finally:
+            sub.close()
+    with hostile(then_welcome(_stat_value(mtime))) as target:
+        sub = connect(target, timeout=5)
+        try:
+            got = guarded(lambda: sub.files.stat("f"))
+        finally:
+            sub.close()
+    assert isinstance(got, PortError), got  # was OverflowError
+    assert "out of range" in got.message
+
+
+def test_a_heartbeat_interval_past_any_clock_keeps_the_heartbeat_running() -> None:
+    """heartbeat_s=1e308 made the client's heartbeat thread die (sleep overflowed), so a
+    server that then went silent was never noticed."""
+    crashed: list[BaseException | None] = []
+    old_hook = threading.excepthook
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        crashed.append(args.exc_value)
+
+    stop = threading.Event()
+
+    def idle(conn: socket.socket) -> None:
+        stop.wait(30)
+
+    threading.excepthook = hook
+    try:
+        with hostile(then_welcome(idle, heartbeat_s=1e308)) as target:
+            sub = connect(target, timeout=5)
+            try:
+                client = sub.files._c  # type: ignore[attr-defined]
+                client._beat.join(1.0)  # old code: ended here, having raised
+                assert client._beat.is_alive()
+            finally:
+                stop.set()
+                sub.close()
+    finally:
+        threading.excepthook = old_hook
+    assert crashed == []
