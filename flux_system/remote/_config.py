@@ -32,6 +32,10 @@ class ServerLimits:
         heartbeat_s: the client pings at this interval; a connection silent for three
             intervals is closed and its children killed.
         handshake_s: seconds allowed for the client's ``hello``.
+        max_handshaking: connections accepted whose ``hello`` has not yet been
+            accepted, server-wide (not per connection): past it a new connection is
+            closed at once with ``goodbye`` (``limit``), so unauthenticated peers hold
+            at most this many threads and hello buffers.
         inline_fs: serve ``stat``, ``exists``, ``is_dir``, ``list_dir`` and reads of
             files up to 64 KiB on the event loop thread, saving two thread switches per
             call; a file system that hangs (a dead network mount inside the workspace)
@@ -47,6 +51,7 @@ class ServerLimits:
     max_upload: int = 1024 * 1024 * 1024
     heartbeat_s: float = 10.0
     handshake_s: float = 10.0
+    max_handshaking: int = 64
     inline_fs: bool = True
 
     def __post_init__(self) -> None:
@@ -54,11 +59,17 @@ class ServerLimits:
             raise ValueError("max_frame must be >= 1024 and max_chunk >= 1")
         if (self.max_chunk * 4) // 3 + 256 > self.max_frame:
             raise ValueError("max_chunk, base64-encoded, must fit in max_frame")
-        for name in ("max_in_flight", "max_buffered_output", "max_children", "max_upload"):
+        for name in (
+            "max_in_flight",
+            "max_buffered_output",
+            "max_children",
+            "max_upload",
+            "max_handshaking",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
-        if not (self.heartbeat_s > 0 and self.handshake_s > 0):
-            raise ValueError("heartbeat_s and handshake_s must be > 0")
+        if not (0 < self.heartbeat_s <= 1e6 and 0 < self.handshake_s <= 1e6):
+            raise ValueError("heartbeat_s and handshake_s must be > 0 and <= 1e6")
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,7 +34,7 @@ from flux_system.remote._canonical import (
 from flux_system.remote._channel import Channel
 from flux_system.remote._config import ServerConfig
 from flux_system.remote._errors import body_from_exception
-from flux_system.remote._frame import FrameDecoder, decode_body, encode_frame
+from flux_system.remote._frame import HEADER, FrameDecoder, decode_body, encode_frame
 from flux_system.remote._handlers import INLINE, INLINE_READ, Handlers, Upload, file_op
 from flux_system.remote._ops import ARGS, b64d, encode_identity
 from flux_system.remote._wire import (
@@ -51,6 +51,9 @@ from flux_system.remote._wire import (
 __all__ = ["Connection"]
 
 _READ = 256 * 1024
+HELLO_MAX = 64 * 1024
+"""Bytes of the first frame (the hello, before the client is known): a hello at its
+field bounds (token and client name 4,096 characters each, JSON-escaped) fits."""
 _WATCH_S = 0.25
 """At the in-flight cap nothing is read: how often the reader checks the client is there."""
 
@@ -133,8 +136,6 @@ class Connection:
             self.ended = "handshake refused"
             if self._handshake():
                 handshaken = True
-                if self._after_hello is not None:
-                    self._after_hello()
                 self.ended = "closed by the client"
                 self._loop()
         except PortError as exc:  # the client broke the protocol: say why, then close
@@ -157,23 +158,39 @@ class Connection:
         )
 
     def _read(self) -> list[dict[str, object]] | None:
-        """The messages of the first frames (the handshake), within ``handshake_s``.
+        """The hello and any frames pipelined behind it, within ``handshake_s``.
+
+        Before the client is known, one frame of at most :data:`HELLO_MAX` bytes is
+        accepted (refused from its header, as any frame over the ceiling): an
+        unauthenticated peer can make the server hold no more than that.
 
         Raises:
             TimeoutError: the hello did not arrive in time (however slowly it trickled).
+            PortError: ``PROTOCOL``: the first frame's length is 0 or over ``HELLO_MAX``.
         """
         deadline = time.monotonic() + self._lim.handshake_s
+        ceiling = min(HELLO_MAX, self._lim.max_frame)
+        buf = bytearray()  # at most HEADER + ceiling + one read
         while True:
             if time.monotonic() > deadline:
                 raise TimeoutError("no hello in time")
             data = self._ch.recv(_READ)
             if not data:
-                if not self._decoder.at_boundary():
+                if buf:
                     raise _protocol("the stream ended inside a frame")
                 return None
-            messages = self._decoder.feed(data)
-            if messages:
-                return messages
+            buf += data
+            if len(buf) < HEADER.size:
+                continue
+            (length,) = HEADER.unpack_from(buf)
+            if length == 0:
+                raise _protocol("frame of length 0")
+            if length > ceiling:
+                raise _protocol(f"hello length {length} exceeds the {ceiling}-byte ceiling")
+            end = HEADER.size + length
+            if len(buf) >= end:
+                hello = decode_body(bytes(buf[HEADER.size : end]))
+                return [hello, *self._decoder.feed(bytes(buf[end:]))]
 
     def _handshake(self) -> bool:
         messages = self._read()
@@ -196,6 +213,8 @@ class Connection:
             if not hmac.compare_digest(given, self._cfg.token):
                 self._goodbye("auth", "bad or missing token")
                 return False
+        if self._after_hello is not None:  # before the welcome: the client may act on it
+            self._after_hello()
         lim = self._lim
         self.send(
             {

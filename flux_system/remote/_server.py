@@ -35,6 +35,9 @@ __all__ = ["PortServer"]
 
 Log = Callable[[str], None]
 _TLS_HANDSHAKE_S = 10.0
+_BUSY = encode_frame(
+    {"type": "goodbye", "reason": "limit", "message": "too many connections in their handshake"}
+)
 
 
 def _stderr_log(line: str) -> None:
@@ -79,6 +82,7 @@ class PortServer:
         self._threads: set[threading.Thread] = set()
         self._connections: set[Connection] = set()
         self._closed = threading.Event()
+        self._handshaking = 0  # accepted connections before their hello (under _lock)
         self.address: str | None = None
 
     # -- connections -------------------------------------------------------------------
@@ -113,10 +117,34 @@ class PortServer:
         thread = threading.Thread(target=run, name="flux-serve", daemon=True)
         with self._lock:
             self._threads.add(thread)
-        thread.start()
+        try:
+            thread.start()
+        except BaseException:
+            with self._lock:
+                self._threads.discard(thread)
+            raise
+
+    def _handshake_slot(self) -> Callable[[], None] | None:
+        """Take one of ``max_handshaking`` slots; return what gives it back (idempotent),
+        or None when every slot is taken."""
+        with self._lock:
+            if self._handshaking >= self._cfg.limits.max_handshaking:
+                return None
+            self._handshaking += 1
+        held = [True]
+
+        def release() -> None:
+            with self._lock:
+                if held:
+                    held.clear()
+                    self._handshaking -= 1
+
+        return release
 
     def _accept_loop(
-        self, listener: socket.socket, accept: Callable[[socket.socket, object], None]
+        self,
+        listener: socket.socket,
+        accept: Callable[[socket.socket, object, Callable[[], None]], None],
     ) -> None:
         while not self._closed.is_set():
             try:
@@ -128,9 +156,23 @@ class PortServer:
             if self._closed.is_set():
                 sock.close()
                 return
-            self._spawn_thread(accept, sock, addr)
+            release = self._handshake_slot()
+            if release is None:
+                self._log(
+                    f"flux serve: {self.address}: refused a connection: "
+                    f"{self._cfg.limits.max_handshaking} are in their handshake"
+                )
+                with contextlib.suppress(OSError):
+                    sock.send(_BUSY, socket.MSG_DONTWAIT)
+                sock.close()
+                continue
+            try:
+                self._spawn_thread(accept, sock, addr, release)
+            except RuntimeError:  # no thread to be had: this connection, not the loop, ends
+                release()
+                sock.close()
 
-    def _silence(self, sock: socket.socket) -> Callable[[], None]:
+    def _silence(self, sock: socket.socket, release: Callable[[], None]) -> Callable[[], None]:
         """Time the hello out after ``handshake_s``; return what, called after the
         handshake, closes a connection silent for three heartbeats instead (its
         children killed). The kernel keeps the time (SO_RCVTIMEO/SO_SNDTIMEO: the
@@ -139,7 +181,12 @@ class PortServer:
         lim = self._cfg.limits
         sock.settimeout(None)
         _kernel_timeout(sock, min(lim.handshake_s, 3 * lim.heartbeat_s))
-        return lambda: _kernel_timeout(sock, 3 * lim.heartbeat_s)
+
+        def after_hello() -> None:
+            release()
+            _kernel_timeout(sock, 3 * lim.heartbeat_s)
+
+        return after_hello
 
     # -- Unix socket ---------------------------------------------------------------------
 
@@ -147,28 +194,47 @@ class PortServer:
         """Listen on the Unix socket *path* (created 0600; an old socket there is replaced).
 
         Raises:
-            PortError: ``PROTOCOL`` when *path* exists and is not a socket.
+            PortError: ``PROTOCOL`` when *path* exists and is not a socket, or it cannot
+                be bound (its directory is missing or not writable, an old socket
+                there cannot be removed).
         """
-        with contextlib.suppress(FileNotFoundError):
-            if not stat.S_ISSOCK(os.lstat(path).st_mode):
-                raise PortError(
-                    f"{path} exists and is not a socket",
-                    op="serve",
-                    target=path,
-                    reason=PortReason.PROTOCOL,
-                )
-            os.unlink(path)
+
+        def refuse(why: str) -> PortError:
+            return PortError(why, op="serve", target=path, reason=PortReason.PROTOCOL)
+
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        old = os.umask(0o177)
         try:
-            listener.bind(path)
-        finally:
-            os.umask(old)
-        os.chmod(path, 0o600)
-        listener.listen(128)
+            with contextlib.suppress(FileNotFoundError):
+                if not stat.S_ISSOCK(os.lstat(path).st_mode):
+                    raise refuse(f"{path} exists and is not a socket")
+                os.unlink(path)
+            # bind() creates the socket under this umask, so it is 0600 from its first
+            # moment: no chmod after (a chmod by path would follow a symlink an attacker
+            # who can write the directory put in its place).
+            old = os.umask(0o177)
+            try:
+                listener.bind(path)
+            finally:
+                os.umask(old)
+            st = os.lstat(path)
+            if not stat.S_ISSOCK(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+                raise refuse(f"{path} was replaced while it was being created")
+            listener.listen(128)
+        except PortError:
+            listener.close()
+            raise
+        except OSError as exc:
+            listener.close()
+            raise refuse(f"cannot listen on {path}: {exc.strerror or exc}") from exc
         me = os.getuid()
 
-        def accept(sock: socket.socket, _addr: object) -> None:
+        def accept(sock: socket.socket, _addr: object, release: Callable[[], None]) -> None:
+            try:
+                serve(sock, release)
+            finally:
+                release()
+
+        def serve(sock: socket.socket, release: Callable[[], None]) -> None:
             uid = _peer_uid(sock)
             if uid is None or uid not in (me, 0):
                 self._log(f"flux serve: unix peer uid {uid} refused (server uid {me})")
@@ -180,7 +246,7 @@ class PortServer:
                     )
                 sock.close()
                 return
-            after_hello = self._silence(sock)
+            after_hello = self._silence(sock, release)
             self._serve(SocketChannel(sock), f"unix:{path} uid={uid}", after_hello)
 
         with self._lock:
@@ -211,7 +277,13 @@ class PortServer:
         listener.listen(128)
         bound = int(listener.getsockname()[1])
 
-        def accept(sock: socket.socket, addr: object) -> None:
+        def accept(sock: socket.socket, addr: object, release: Callable[[], None]) -> None:
+            try:
+                serve(sock, addr, release)
+            finally:
+                release()
+
+        def serve(sock: socket.socket, addr: object, release: Callable[[], None]) -> None:
             where = f"tcp://{addr[0]}:{addr[1]}" if isinstance(addr, tuple) else "tcp"
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             channel: Channel
@@ -225,7 +297,7 @@ class PortServer:
                     return
             else:
                 channel = SocketChannel(sock)
-            after_hello = self._silence(sock)
+            after_hello = self._silence(sock, release)
             self._serve(channel, where, after_hello)
 
         with self._lock:

@@ -1,0 +1,236 @@
+"""The server against hostile peers: unauthenticated floods, other users, planted paths.
+
+Real servers on real Unix sockets; the attacker speaks raw bytes (as another user
+through ``setpriv`` where the attack is about users).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import socket
+import stat
+import struct
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+
+import pytest
+
+from flux_system import PortError, Workspace
+from flux_system.remote import PortServer, ServerConfig, ServerLimits, connect
+from flux_system.remote._connection import HELLO_MAX
+from tests._capabilities import require
+from tests.flux_system.remote._harness import HELLO, frame, raw_connect, read_frames, served
+
+NOBODY = 65534
+
+
+def _hello_of(size: int) -> bytes:
+    """A valid hello of exactly *size* bytes (JSON whitespace pads it)."""
+    assert size >= len(HELLO)
+    return HELLO[:-1] + b" " * (size - len(HELLO)) + b"}"
+
+
+def _first(s: socket.socket) -> dict[str, object]:
+    frames = read_frames(s, count=1)
+    assert frames, "the server sent nothing"
+    out: dict[str, object] = json.loads(frames[0])
+    return out
+
+
+def test_a_hello_at_the_ceiling_is_welcomed(tmp_path: Path) -> None:
+    with served(tmp_path) as srv, contextlib.closing(raw_connect(srv.target)) as s:
+        s.sendall(frame(_hello_of(HELLO_MAX)))
+        assert _first(s)["type"] == "welcome"
+
+
+def test_a_hello_past_the_ceiling_is_refused_from_its_header(tmp_path: Path) -> None:
+    """Before, an unauthenticated peer could make the server buffer 8 MiB per
+    connection (the post-handshake frame ceiling) for handshake_s."""
+    limits = ServerLimits(handshake_s=60.0)
+    with served(tmp_path, limits=limits) as srv, contextlib.closing(raw_connect(srv.target)) as s:
+        s.sendall(struct.pack(">I", HELLO_MAX + 1))  # and no body: refused at once
+        got = _first(s)
+    assert got["type"] == "goodbye" and got["reason"] == "protocol", got
+    assert f"exceeds the {HELLO_MAX}-byte ceiling" in str(got["message"])
+
+
+def test_connections_in_their_handshake_are_capped(tmp_path: Path) -> None:
+    limits = ServerLimits(max_handshaking=2, handshake_s=60.0)
+    with served(tmp_path, limits=limits) as srv:
+        quiet = [raw_connect(srv.target) for _ in range(2)]  # hold both slots
+        try:
+            quiet[0].sendall(b"\0")  # positive control: they are connected, mid-hello
+            third = raw_connect(srv.target)
+            with contextlib.closing(third):
+                got = _first(third)
+            assert got["type"] == "goodbye" and got["reason"] == "limit", got
+            assert any("in their handshake" in line for line in srv.log)
+            quiet[1].sendall(frame(HELLO))  # one finishes its hello: its slot is free
+            assert _first(quiet[1])["type"] == "welcome"
+            with connect(srv.target) as sub:  # so a real client gets in
+                assert sub.files.exists(".") is True
+        finally:
+            for s in quiet:
+                s.close()
+
+
+def test_limits_past_any_clock_are_refused() -> None:
+    """heartbeat_s=1e308 passed, then killed each connection's thread (the kernel
+    timeout overflowed) right after its handshake."""
+    with pytest.raises(ValueError, match="<= 1e6"):
+        ServerLimits(heartbeat_s=1e308)
+    with pytest.raises(ValueError, match="<= 1e6"):
+        ServerLimits(handshake_s=float("inf"))
+    assert ServerLimits(heartbeat_s=1e6).heartbeat_s == 1e6  # positive control
+
+
+def test_a_bad_token_is_in_no_answer_and_no_log_line(tmp_path: Path) -> None:
+    real = b"the-real-token-0123456789"
+    sent = "a-guessed-token-9876543210"
+    with served(tmp_path, token=real) as srv, contextlib.closing(raw_connect(srv.target)) as s:
+        hello = json.loads(HELLO)
+        s.sendall(frame(json.dumps({**hello, "token": sent}).encode()))
+        got = read_frames(s)
+    assert json.loads(got[-1])["reason"] == "auth"  # positive control: it was checked
+    said = b"".join(got).decode() + "\n".join(srv.log)
+    assert srv.log and sent not in said and real.decode() not in said
+
+
+# -- the socket's path ---------------------------------------------------------------
+
+
+def _server(root: Path) -> PortServer:
+    return PortServer(ServerConfig(Workspace(root)), log=lambda line: None)
+
+
+def test_a_planted_symlink_at_the_socket_path_is_refused(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    victim.chmod(0o644)
+    link = tmp_path / "port.sock"
+    link.symlink_to(victim)
+    server = _server(tmp_path)
+    try:
+        with pytest.raises(PortError, match="not a socket"):
+            server.start_unix(str(link))
+    finally:
+        server.close()
+    assert link.is_symlink() and victim.read_text() == "keep"
+    assert stat.S_IMODE(victim.stat().st_mode) == 0o644
+
+
+def test_a_symlink_swapped_in_while_the_socket_is_made_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    """An attacker who can write the socket's directory replaces the new socket with a
+    symlink as fast as it can. The server chmod-ed the path after bind(), following
+    that symlink: a root server made any file 0600. Now nothing is changed by path."""
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    victim.chmod(0o644)
+    where = tmp_path / "d"
+    where.mkdir()
+    path = str(where / "port.sock")
+    stop = threading.Event()
+    swaps = [0]
+
+    def attacker() -> None:
+        spare = str(where / "spare")
+        while not stop.is_set():
+            with contextlib.suppress(OSError):
+                os.symlink(victim, spare)
+            with contextlib.suppress(OSError):
+                os.rename(spare, path)  # over the socket, when there is one
+                swaps[0] += 1
+
+    thread = threading.Thread(target=attacker, daemon=True)
+    thread.start()
+    outcomes: set[str] = set()
+    try:
+        for _ in range(300):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            server = _server(tmp_path)
+            try:
+                server.start_unix(path)
+                outcomes.add("listening")
+            except PortError as exc:
+                outcomes.add(exc.message.split(" ", 1)[1])
+            finally:
+                server.close()
+            assert stat.S_IMODE(victim.stat().st_mode) == 0o644
+    finally:
+        stop.set()
+        thread.join(30)
+    assert swaps[0] > 0  # positive control: the attacker really swapped the path
+    assert victim.read_text() == "keep"
+
+
+# -- other users -------------------------------------------------------------------
+
+_RAW_CLIENT = r"""
+import json, socket, struct, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.settimeout(20)
+s.connect(sys.argv[1])
+try:
+    s.sendall(struct.pack(">I", len(sys.argv[2])) + sys.argv[2].encode())
+except BrokenPipeError:
+    pass  # refused on accept: the goodbye is already waiting
+head = s.recv(4, socket.MSG_WAITALL)
+(n,) = struct.unpack(">I", head)
+print(s.recv(n, socket.MSG_WAITALL).decode())
+"""
+
+
+def _as(uid: int, *argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.fixture
+def world_dir() -> object:
+    require(os.geteuid() == 0, "root (to act as another user with setpriv)")
+    require(shutil.which("setpriv") is not None, "setpriv")
+    where = tempfile.mkdtemp(prefix="flux-port-users-")
+    os.chmod(where, 0o755)
+    yield Path(where)
+    shutil.rmtree(where, ignore_errors=True)
+
+
+def test_a_peer_of_another_uid_is_refused_even_through_an_open_socket(
+    world_dir: Path, tmp_path: Path
+) -> None:
+    """The 0600 mode keeps uid 65534 out; the test opens the mode so that the
+    SO_PEERCRED check, not the file mode, is what refuses it."""
+    script = world_dir / "client.py"
+    script.write_text(_RAW_CLIENT)
+    script.chmod(0o644)
+    python = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else "python3"
+    log: list[str] = []
+    server = PortServer(ServerConfig(Workspace(tmp_path)), log=log.append)
+    path = str(world_dir / "port.sock")
+    server.start_unix(path)
+    try:
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+        shut = _as(NOBODY, python, str(script), path, HELLO.decode())
+        assert "Permission denied" in shut.stderr, shut  # the mode alone refuses
+        os.chmod(path, 0o666)
+        other = _as(NOBODY, python, str(script), path, HELLO.decode())
+        root = _as(0, python, str(script), path, HELLO.decode())
+    finally:
+        server.close()
+    assert json.loads(root.stdout)["type"] == "welcome", root  # positive control: root
+    assert other.stdout, other
+    answer = json.loads(other.stdout)
+    assert answer["type"] == "goodbye" and answer["reason"] == "auth", other
+    assert any(f"peer uid {NOBODY} refused" in line for line in log), log
