@@ -8,6 +8,7 @@ import select
 import socket
 import ssl
 import threading
+import time
 import typing
 from urllib.parse import urlsplit
 
@@ -105,6 +106,7 @@ class TlsChannel:
         hostname: str | None,
         *,
         server_side: bool = False,
+        handshake_s: float | None = None,
     ) -> None:
         self._sock = sock
         self._in = ssl.MemoryBIO()
@@ -117,12 +119,20 @@ class TlsChannel:
         self._poll = _poller(sock.fileno())
         self._stash = b""  # plaintext ready() decrypted ahead of recv (reader only)
         self._eof = False
+        # The whole handshake within handshake_s (a socket timeout alone bounds each
+        # read, and a peer sending a byte at a time would hold the handshake for ever).
+        deadline = None if handshake_s is None else time.monotonic() + handshake_s
         while True:
             try:
                 self._tls.do_handshake()
                 break
             except ssl.SSLWantReadError:
                 self._flush()
+                if deadline is not None:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise TimeoutError("the TLS handshake took too long") from None
+                    sock.settimeout(left)
                 data = self._sock.recv(_RAW)
                 if not data:
                     raise ConnectionError("the server closed the connection during TLS") from None
@@ -215,21 +225,43 @@ class FdChannel:
     """A pair of pipe fds: read from one, write to the other (stdio transports)."""
 
     def __init__(
-        self, read_fd: int, write_fd: int, *, on_close: typing.Callable[[], None] | None = None
+        self,
+        read_fd: int,
+        write_fd: int,
+        *,
+        on_close: typing.Callable[[], None] | None = None,
+        timeout: float | None = None,
     ) -> None:
         self._r = read_fd
         self._w = write_fd
         self._on_close = on_close
         self._closed = False
         self._buf = _RecvBuffer()
+        self.timeout = timeout
+        """Seconds a ``recv`` or a ``send_all`` waits for its pipe before it raises
+        :class:`TimeoutError` (a pipe has no ``SO_RCVTIMEO``); None: no limit."""
 
     def send_all(self, data: bytes) -> None:
         view = memoryview(data)
+        timeout = self.timeout
+        if timeout is None:
+            while view:
+                n = os.write(self._w, view)
+                view = view[n:]
+            return
+        out = select.poll()
+        out.register(self._w, select.POLLOUT)
         while view:
-            n = os.write(self._w, view)
+            if not out.poll(timeout * 1000):
+                raise TimeoutError("the peer took nothing from its pipe in time")
+            # Room for PIPE_BUF bytes once POLLOUT is up: this write cannot block.
+            n = os.write(self._w, view[: select.PIPE_BUF])
             view = view[n:]
 
     def recv(self, size: int) -> bytes:
+        timeout = self.timeout
+        if timeout is not None and not _poller(self._r).poll(timeout * 1000):
+            raise TimeoutError("the peer sent nothing in time")
         view = self._buf.view(size)
         return bytes(view[: os.readv(self._r, [view])])
 
@@ -291,7 +323,7 @@ def open_socket_channel(
             sock = socket.create_connection((parts.hostname, parts.port), timeout=timeout)
             if ssl_context is not None:
                 try:
-                    channel = TlsChannel(sock, ssl_context, parts.hostname)
+                    channel = TlsChannel(sock, ssl_context, parts.hostname, handshake_s=timeout)
                 except BaseException:
                     sock.close()
                     raise

@@ -31,7 +31,8 @@ class ServerLimits:
         max_upload: bytes one write, append or run stdin may carry.
         heartbeat_s: the client pings at this interval; a connection silent for three
             intervals is closed and its children killed.
-        handshake_s: seconds allowed for the client's ``hello``.
+        handshake_s: seconds allowed for the TLS handshake (if any), and as many again
+            for the client's ``hello``.
         max_handshaking: connections accepted whose ``hello`` has not yet been
             accepted, server-wide (not per connection): past it a new connection is
             closed at once with ``goodbye`` (``limit``), so unauthenticated peers hold

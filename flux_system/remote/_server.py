@@ -34,7 +34,6 @@ from flux_system.remote._frame import encode_frame
 __all__ = ["PortServer"]
 
 Log = Callable[[str], None]
-_TLS_HANDSHAKE_S = 10.0
 _BUSY = encode_frame(
     {"type": "goodbye", "reason": "limit", "message": "too many connections in their handshake"}
 )
@@ -288,9 +287,12 @@ class PortServer:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             channel: Channel
             if ssl_context is not None:
-                sock.settimeout(_TLS_HANDSHAKE_S)
+                handshake_s = self._cfg.limits.handshake_s  # TLS's, then the hello's
+                sock.settimeout(handshake_s)
                 try:
-                    channel = TlsChannel(sock, ssl_context, None, server_side=True)
+                    channel = TlsChannel(
+                        sock, ssl_context, None, server_side=True, handshake_s=handshake_s
+                    )
                 except (OSError, ssl.SSLError, ConnectionError) as exc:
                     self._log(f"flux serve: {where}: TLS handshake failed: {type(exc).__name__}")
                     sock.close()
@@ -312,7 +314,15 @@ class PortServer:
     def serve_stdio(self, read_fd: int = 0, write_fd: int = 1) -> None:
         """Serve one connection over *read_fd*/*write_fd* until it ends (blocking)."""
         self.address = "stdio"
-        self._serve(FdChannel(read_fd, write_fd), "stdio")
+        lim = self._cfg.limits
+        # A pipe has no kernel timeout: the channel polls, so a silent peer (ssh whose
+        # network went away) ends the connection as on a socket, its children killed.
+        channel = FdChannel(read_fd, write_fd, timeout=min(lim.handshake_s, 3 * lim.heartbeat_s))
+
+        def after_hello() -> None:
+            channel.timeout = 3 * lim.heartbeat_s
+
+        self._serve(channel, "stdio", after_hello)
 
     # -- lifetime ------------------------------------------------------------------------
 
