@@ -1,8 +1,9 @@
 """Loading a server's bearer token and TLS context: never from argv, never loosely.
 
 Guarantee: a token comes from an environment variable or a file; a token file must be
-a regular file that neither group nor others can read or write (as ssh insists for
-keys), and its one line is the token. Errors name the variable or file, never the
+a regular file that neither group nor others can read or write, owned by this user
+or root (as ssh insists for its keys and configuration), and its one line is the
+token. Errors name the variable or file, never the
 token's value.
 """
 
@@ -50,7 +51,8 @@ def token_from_file(path: str) -> bytes:
 
     Raises:
         PortError: ``AUTH`` when the file is missing, not a regular file, accessible to
-            group or others, too large, or its token is too short or malformed.
+            group or others, owned by another user than this one or root, too large,
+            or its token is too short or malformed.
     """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
@@ -62,6 +64,8 @@ def token_from_file(path: str) -> bytes:
             raise _auth(f"token file {path} is not a regular file", path)
         if st.st_mode & 0o077:
             raise _auth(f"token file {path} is accessible to group or others (chmod 600 it)", path)
+        if st.st_uid not in (os.geteuid(), 0):  # its owner can read and change it
+            raise _auth(f"token file {path} is owned by uid {st.st_uid}, not by this user", path)
         data = os.read(fd, 4097)
     finally:
         os.close(fd)
