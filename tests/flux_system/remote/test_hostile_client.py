@@ -234,3 +234,96 @@ def test_a_peer_of_another_uid_is_refused_even_through_an_open_socket(
     answer = json.loads(other.stdout)
     assert answer["type"] == "goodbye" and answer["reason"] == "auth", other
     assert any(f"peer uid {NOBODY} refused" in line for line in log), log
+
+
+_NOBODY_SERVER = r"""
+import os, sys
+from flux_system import System, Workspace
+from flux_system.remote import PortServer, ServerConfig
+ws = Workspace(sys.argv[1]); system = System(ws)
+server = PortServer(ServerConfig(ws, system=system))
+server.start_unix(sys.argv[2])
+print("ready", os.geteuid(), flush=True)
+sys.stdin.read()  # until the test closes our stdin
+server.close()
+"""
+_THIRD_PARTY = ("pydantic", "pydantic_core", "typing_extensions", "annotated_types")
+
+
+def _world_lib(base: Path) -> Path:
+    """flux_system and the modules the server imports, where uid 65534 can read them."""
+    import importlib.util
+
+    from tests.flux_system.sandbox._support import copy_package
+
+    lib = copy_package(base)
+    for name in (*_THIRD_PARTY, "typing_inspection"):
+        spec = importlib.util.find_spec(name)
+        assert spec is not None and spec.origin is not None, name
+        origin = Path(spec.origin)
+        if origin.name == "__init__.py":
+            shutil.copytree(origin.parent, lib / name, ignore=shutil.ignore_patterns("*.pyc"))
+        else:
+            shutil.copy(origin, lib / origin.name)
+    for root, dirs, files in os.walk(lib):
+        for d in dirs:
+            os.chmod(os.path.join(root, d), 0o755)
+        for f in files:
+            os.chmod(os.path.join(root, f), 0o644)
+    return lib
+
+
+def test_a_server_of_uid_65534_serves_root_and_refuses_a_third_uid(world_dir: Path) -> None:
+    """The server as 65534, a client as root (allowed: root), a raw peer as 65533."""
+    require(os.path.exists("/usr/bin/python3"), "the system interpreter /usr/bin/python3")
+    lib = _world_lib(world_dir)
+    ws = world_dir / "ws"
+    ws.mkdir()
+    os.chown(ws, NOBODY, NOBODY)
+    run = world_dir / "run"  # the server's own directory, as /run/user/UID
+    run.mkdir(mode=0o700)
+    os.chown(run, NOBODY, NOBODY)
+    path = str(run / "port.sock")
+    script = world_dir / "server.py"
+    script.write_text(_NOBODY_SERVER)
+    client = world_dir / "client.py"
+    client.write_text(_RAW_CLIENT)
+    for f in (script, client):
+        f.chmod(0o644)
+    env = ["env", "-i", "PATH=/usr/bin:/bin", "HOME=/nonexistent", f"PYTHONPATH={lib}"]
+    priv = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+    proc = subprocess.Popen(
+        [*priv, *env, "/usr/bin/python3", "-B", str(script), str(ws), path],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        line = proc.stdout.readline()
+        assert line == f"ready {NOBODY}\n".encode(), line + proc.stderr.read()
+        st = os.lstat(path)
+        assert st.st_uid == NOBODY and stat.S_IMODE(st.st_mode) == 0o600
+        with connect(f"unix:{path}") as sub:  # root: allowed
+            me = sub.identity.identity()
+            assert me.uid == NOBODY and me.remotely_reported
+            sub.files.write_bytes("made-by-root.txt", b"x")
+            ran = sub.processes.run(["/usr/bin/id", "-u"])
+        # The server acts as itself, whoever asked: the file and the run are 65534's.
+        assert (ws / "made-by-root.txt").stat().st_uid == NOBODY
+        assert ran.stdout.strip() == str(NOBODY).encode()
+        os.chmod(run, 0o755)  # let the third uid reach the SO_PEERCRED check
+        os.chmod(path, 0o666)
+        third = _as(65533, "/usr/bin/python3", str(client), path, HELLO.decode())
+        assert third.stdout, third
+        answer = json.loads(third.stdout)
+        assert answer["type"] == "goodbye" and answer["reason"] == "auth", third
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        proc.wait(30)
+        assert proc.stdout is not None and proc.stderr is not None
+        proc.stdout.close()
+        said = proc.stderr.read()
+        proc.stderr.close()
+    assert b"unix peer uid 65533 refused" in said
