@@ -14,6 +14,7 @@ Unix socket or TLS for that).
 from __future__ import annotations
 
 import contextlib
+import errno
 import ipaddress
 import os
 import socket
@@ -34,6 +35,10 @@ from flux_system.remote._frame import encode_frame
 __all__ = ["PortServer"]
 
 Log = Callable[[str], None]
+_STARVED = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+_STARVED_WAIT_S = 0.1
+"""Out of descriptors or memory, accept() fails at once for as long as a connection
+waits: retrying at once would spin a core until one is freed."""
 _BUSY = encode_frame(
     {"type": "goodbye", "reason": "limit", "message": "too many connections in their handshake"}
 )
@@ -145,13 +150,20 @@ class PortServer:
         listener: socket.socket,
         accept: Callable[[socket.socket, object, Callable[[], None]], None],
     ) -> None:
+        starved = False
         while not self._closed.is_set():
             try:
                 sock, addr = listener.accept()
-            except OSError:
+            except OSError as exc:
                 if self._closed.is_set():
                     return
+                if exc.errno in _STARVED:  # the connection stays queued: retry, not spin
+                    if not starved:
+                        self._log(f"flux serve: {self.address}: cannot accept: {exc.strerror}")
+                    starved = True
+                    self._closed.wait(_STARVED_WAIT_S)
                 continue
+            starved = False
             if self._closed.is_set():
                 sock.close()
                 return

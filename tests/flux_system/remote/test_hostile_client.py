@@ -327,3 +327,66 @@ def test_a_server_of_uid_65534_serves_root_and_refuses_a_third_uid(world_dir: Pa
         said = proc.stderr.read()
         proc.stderr.close()
     assert b"unix peer uid 65533 refused" in said
+
+
+_FD_STARVED_SERVER = r"""
+import resource, sys, tempfile
+sys.path.insert(0, {repo!r})
+resource.setrlimit(resource.RLIMIT_NOFILE, (48, 48))
+from flux_system import Workspace
+from flux_system.remote import PortServer, ServerConfig, ServerLimits
+ws = Workspace(tempfile.mkdtemp())
+server = PortServer(ServerConfig(ws, limits=ServerLimits(handshake_s=300)))
+server.start_unix(sys.argv[1])
+print("ready", flush=True)
+sys.stdin.read()
+server.close()
+"""
+
+
+def test_a_server_out_of_descriptors_waits_instead_of_spinning(tmp_path: Path) -> None:
+    """Connections past the server's fd limit stay queued and accept() fails at once
+    with EMFILE: the accept loop retried at once, burning a whole core (measured: 1.99
+    s of CPU in 2 s) for as long as they waited. This measures CPU used while the
+    server has nothing it can do, not a speed: any figure near 0 passes."""
+    import psutil
+
+    from tests.flux_system.remote._harness import PYTHON, REPO
+
+    path = str(tmp_path / "port.sock")
+    proc = subprocess.Popen(
+        [PYTHON, "-c", _FD_STARVED_SERVER.format(repo=REPO), path],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    socks: list[socket.socket] = []
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        assert proc.stdout.readline() == b"ready\n"
+        server = psutil.Process(proc.pid)
+        for _ in range(64):  # more than its 48 descriptors hold
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.connect(path)
+            socks.append(s)
+        line = proc.stderr.readline()  # positive control: it ran out (logged once)
+        assert b"cannot accept: Too many open files" in line, line
+        assert server.num_fds() >= 40
+        before = sum(server.cpu_times()[:2])
+        threading.Event().wait(2.0)
+        used = sum(server.cpu_times()[:2]) - before
+        assert used < 0.5, f"{used:.2f} s of CPU in 2 s while starved of descriptors"
+        for s in socks:  # once descriptors free up, it serves again
+            s.close()
+        socks.clear()
+        with connect(f"unix:{path}", timeout=30) as sub:
+            assert sub.files.exists(".") is True
+    finally:
+        for s in socks:
+            s.close()
+        assert proc.stdin is not None
+        proc.stdin.close()
+        proc.wait(30)
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
