@@ -219,14 +219,13 @@ class PortServer:
                 if not stat.S_ISSOCK(os.lstat(path).st_mode):
                     raise refuse(f"{path} exists and is not a socket")
                 os.unlink(path)
-            # bind() creates the socket under this umask, so it is 0600 from its first
-            # moment: no chmod after (a chmod by path would follow a symlink an attacker
-            # who can write the directory put in its place).
-            old = os.umask(0o177)
-            try:
-                listener.bind(path)
-            finally:
-                os.umask(old)
+            # bind() gives the new file the socket's own mode (less the umask), so it is
+            # 0600 from its first moment. Not a umask change (it is the whole process's:
+            # files other threads made meanwhile would be 0600 too) and no chmod after (a
+            # chmod by path follows a symlink someone who can write the directory put
+            # in its place).
+            os.fchmod(listener.fileno(), 0o600)
+            listener.bind(path)
             st = os.lstat(path)
             if not stat.S_ISSOCK(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
                 raise refuse(f"{path} was replaced while it was being created")

@@ -390,3 +390,37 @@ def test_a_server_out_of_descriptors_waits_instead_of_spinning(tmp_path: Path) -
         for pipe in (proc.stdout, proc.stderr):
             if pipe is not None:
                 pipe.close()
+
+
+def test_making_the_socket_leaves_the_modes_of_other_files_alone(tmp_path: Path) -> None:
+    """The socket was made 0600 by setting the process's umask around bind(): a file
+    another thread created meanwhile (a served write) came out 0600 as well."""
+    made = tmp_path / "made"
+    made.mkdir()
+    stop = threading.Event()
+    count = [0]
+
+    def creator() -> None:
+        while not stop.is_set():
+            name = str(made / f"f{count[0]}")
+            os.close(os.open(name, os.O_CREAT | os.O_WRONLY, 0o666))
+            count[0] += 1
+
+    old = os.umask(0o022)
+    thread = threading.Thread(target=creator, daemon=True)
+    thread.start()
+    try:
+        for i in range(300):
+            server = _server(tmp_path)
+            try:
+                server.start_unix(str(tmp_path / f"s{i}.sock"))
+                assert stat.S_IMODE(os.lstat(tmp_path / f"s{i}.sock").st_mode) == 0o600
+            finally:
+                server.close()
+    finally:
+        stop.set()
+        thread.join(30)
+        os.umask(old)
+    assert count[0] > 300  # positive control: files were made throughout
+    modes = {stat.S_IMODE(os.lstat(made / f"f{i}").st_mode) for i in range(count[0])}
+    assert modes == {0o644}, sorted(oct(m) for m in modes)
