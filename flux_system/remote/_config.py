@@ -28,7 +28,9 @@ class ServerLimits:
         max_buffered_output: bytes of one child's output buffered for a slow reader
             before the child is paused (its pipe fills).
         max_children: spawned children alive at once; past it ``spawn`` is refused.
-        max_upload: bytes one write, append or run stdin may carry.
+        max_upload: bytes one write, append or run stdin may carry, and all of those
+            in flight on one connection together (they are held in memory until their
+            request ends); a request past it is refused.
         heartbeat_s: the client pings at this interval; a connection silent for three
             intervals is closed and its children killed.
         handshake_s: seconds allowed for the TLS handshake (if any), and as many again

@@ -85,6 +85,7 @@ class Connection:
         self._running = 0  # requests holding an in-flight slot (under _lock)
         self._active: set[int] = set()
         self._uploads: dict[int, Upload] = {}
+        self._held: dict[int, int] = {}  # sized upload bytes a request holds (under _lock)
         self._closing = threading.Event()
         self.requests = 0
         self.in_flight_peak = 0
@@ -330,6 +331,7 @@ class Connection:
         with self._lock:
             if not keep_id:
                 self._active.discard(rid)
+            self._held.pop(rid, None)
             self._running -= 1
             self._slot_freed.notify()
 
@@ -366,10 +368,23 @@ class Connection:
         if size is None or isinstance(size, bool) or not isinstance(size, int) or size < 0:
             return None  # the args are invalid or there is no stdin: validation answers
         upload = Upload("stdin" if req.op == "run" else "upload", size)
-        if size > self._lim.max_upload:
-            upload.refuse(
-                ValueError(f"{size} bytes exceeds the {self._lim.max_upload}-byte upload limit")
-            )
+        cap = self._lim.max_upload
+        if size > cap:
+            upload.refuse(ValueError(f"{size} bytes exceeds the {cap}-byte upload limit"))
+        else:  # uploads are held in memory until their request ends: cap them together
+            with self._lock:
+                held = sum(self._held.values())
+                if held + size > cap:
+                    upload.refuse(
+                        PortError(
+                            f"{size} more bytes of uploads in flight on this connection "
+                            f"would exceed the {cap}-byte upload limit",
+                            op=req.op,
+                            reason=PortReason.REFUSED,
+                        )
+                    )
+                else:
+                    self._held[req.id] = size
         if size == 0:
             upload.add(b"", True)
         else:

@@ -424,3 +424,42 @@ def test_making_the_socket_leaves_the_modes_of_other_files_alone(tmp_path: Path)
     assert count[0] > 300  # positive control: files were made throughout
     modes = {stat.S_IMODE(os.lstat(made / f"f{i}").st_mode) for i in range(count[0])}
     assert modes == {0o644}, sorted(oct(m) for m in modes)
+
+
+def _msg(obj: dict[str, object]) -> bytes:
+    return frame(json.dumps(obj).encode())
+
+
+def _upload(rid: int, data: bytes, last: bool) -> bytes:
+    import base64
+
+    chunk = {"type": "chunk", "id": rid, "stream": "upload", "last": last}
+    return _msg({**chunk, "data": base64.b64encode(data).decode()})
+
+
+def _write(rid: int, path: str, size: int) -> bytes:
+    args = {"path": path, "size": size, "create_parents": True}
+    return _msg({"type": "request", "id": rid, "op": "write_bytes", "args": args})
+
+
+def test_uploads_in_flight_on_one_connection_share_the_upload_limit(tmp_path: Path) -> None:
+    """Uploads are held in memory until their request ends, and each was only held to
+    max_upload: 8 unfinished 1 GiB writes made the server hold 1.2 GiB (32 GiB at the
+    default in-flight cap) on one connection."""
+    limits = ServerLimits(max_upload=1000)
+    with served(tmp_path, limits=limits) as srv, contextlib.closing(raw_connect(srv.target)) as s:
+        s.sendall(frame(HELLO))
+        assert _first(s)["type"] == "welcome"
+        s.sendall(_write(1, "a", 800) + _upload(1, b"a" * 400, False))  # half sent
+        s.sendall(_write(2, "b", 300) + _upload(2, b"b" * 300, True))
+        refused = json.loads(read_frames(s, count=1)[0])
+        assert refused["id"] == 2 and refused["type"] == "error", refused
+        assert refused["error"]["kind"] == "refused"
+        assert "uploads in flight" in refused["error"]["message"]
+        s.sendall(_upload(1, b"a" * 400, True))  # the first one completes ...
+        assert json.loads(read_frames(s, count=1)[0]) == {"type": "result", "id": 1, "value": None}
+        s.sendall(_write(3, "c", 300) + _upload(3, b"c" * 300, True))  # ... and frees room
+        assert json.loads(read_frames(s, count=1)[0]) == {"type": "result", "id": 3, "value": None}
+    assert (tmp_path / "a").read_bytes() == b"a" * 800
+    assert (tmp_path / "c").read_bytes() == b"c" * 300
+    assert not (tmp_path / "b").exists()
