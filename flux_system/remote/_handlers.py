@@ -257,16 +257,7 @@ class Handlers:
         cfg = self._cfg
         ws = cfg.workspace
         if op == "read_bytes":
-            data = ws.read_bytes(args.path, limit=args.limit)
-            step = cfg.limits.max_chunk
-            if len(data) <= step:
-                from flux_system.remote._ops import b64e
-
-                return {"size": len(data), "data": b64e(data)}
-            for start in range(0, len(data), step):
-                last = start + step >= len(data)
-                self._conn.send_chunk(rid, "download", data[start : start + step], last)
-            return {"size": len(data)}
+            return self._read(rid, args.path, args.limit)
         if op == "write_bytes":
             assert upload is not None
             ws.write_bytes(args.path, upload.wait(), create_parents=args.create_parents)
@@ -296,6 +287,37 @@ class Handlers:
         if op == "identity":
             return encode_identity(cfg.identity, str(ws.root))
         return file_op(cfg, op, args)
+
+    def _read(self, rid: int, path: str, limit: int | None) -> object:
+        """Send *path* as ``download`` chunks read one ahead of the one sent, so a read
+        holds at most two chunks of memory, whatever the file's size (a client that
+        reads slowly holds them longer, never more); at most *limit* bytes are sent."""
+        from flux_system._exceptions import WorkspaceError, WorkspaceReason
+        from flux_system.remote._ops import b64e
+
+        def too_large() -> WorkspaceError:
+            return WorkspaceError(
+                f"read_bytes: larger than {limit} bytes",
+                op="read_bytes",
+                path=path,
+                reason=WorkspaceReason.TOO_LARGE,
+            )
+
+        step = self._cfg.limits.max_chunk
+        sent = 0
+        with self._cfg.workspace.open_read(path) as f:
+            piece = f.read(step)
+            while True:
+                after = f.read(step) if len(piece) == step else b""
+                if limit is not None and sent + len(piece) + len(after) > limit:
+                    raise too_large()
+                if not after and not sent:
+                    return {"size": len(piece), "data": b64e(piece)}
+                self._conn.send_chunk(rid, "download", piece, not after)
+                sent += len(piece)
+                if not after:
+                    return {"size": sent}
+                piece = after
 
     def _run(self, rid: int, args: typing.Any, stdin: bytes | None) -> object:
         system = self._cfg.system

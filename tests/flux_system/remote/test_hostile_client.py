@@ -463,3 +463,63 @@ def test_uploads_in_flight_on_one_connection_share_the_upload_limit(tmp_path: Pa
     assert (tmp_path / "a").read_bytes() == b"a" * 800
     assert (tmp_path / "c").read_bytes() == b"c" * 300
     assert not (tmp_path / "b").exists()
+
+
+_PLAIN_SERVER = r"""
+import sys
+sys.path.insert(0, {repo!r})
+from flux_system import Workspace
+from flux_system.remote import PortServer, ServerConfig
+ws = Workspace(sys.argv[2])
+server = PortServer(ServerConfig(ws))
+server.start_unix(sys.argv[1])
+print("ready", flush=True)
+sys.stdin.read()
+server.close()
+"""
+
+
+def test_a_large_read_the_client_does_not_take_holds_two_chunks_not_the_file(
+    tmp_path: Path,
+) -> None:
+    """A read was held whole in the server's memory while it was sent: a client that
+    asked for a large file and stopped reading held its size there (per read in
+    flight). Now the server holds a chunk and the one read ahead."""
+    import psutil
+
+    from tests.flux_system.remote._harness import PYTHON, REPO
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    size = 256 * 1024 * 1024
+    with open(ws / "big", "wb") as fh:
+        fh.truncate(size)  # sparse: costs no disk
+    path = str(tmp_path / "port.sock")
+    proc = subprocess.Popen(
+        [PYTHON, "-c", _PLAIN_SERVER.format(repo=REPO), path, str(ws)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == b"ready\n"
+        server = psutil.Process(proc.pid)
+        with contextlib.closing(raw_connect(f"unix:{path}")) as s:
+            s.sendall(frame(HELLO))
+            assert _first(s)["type"] == "welcome"
+            base = server.memory_info().rss
+            args = {"path": "big", "limit": None}
+            s.sendall(_msg({"type": "request", "id": 1, "op": "read_bytes", "args": args}))
+            first = s.recv(4, socket.MSG_WAITALL)  # positive control: it is sending
+            assert len(first) == 4 and struct.unpack(">I", first)[0] > 4 * 1024 * 1024
+            peak = 0
+            for _ in range(20):  # then we read no more; the server's send blocks
+                peak = max(peak, server.memory_info().rss - base)
+                threading.Event().wait(0.1)
+        assert peak < size // 4, f"the server held {peak >> 20} MiB for a {size >> 20} MiB read"
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        proc.wait(30)
+        if proc.stdout is not None:
+            proc.stdout.close()
