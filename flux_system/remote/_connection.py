@@ -21,6 +21,7 @@ import typing
 from flux_system._exceptions import (
     PortError,
     PortReason,
+    UnknownOutcomeError,
     UnservedError,
     WorkspaceError,
     WorkspaceReason,
@@ -36,7 +37,7 @@ from flux_system.remote._config import ServerConfig
 from flux_system.remote._errors import body_from_exception
 from flux_system.remote._frame import HEADER, FrameDecoder, decode_body, encode_frame
 from flux_system.remote._handlers import INLINE, INLINE_READ, Handlers, Upload, file_op
-from flux_system.remote._ops import ARGS, b64d, encode_identity
+from flux_system.remote._ops import ARGS, IDEMPOTENT, b64d, encode_identity
 from flux_system.remote._wire import (
     PROTOCOL_NAME,
     SUPPORTED_VERSIONS,
@@ -108,12 +109,43 @@ class Connection:
     def send_chunk(self, rid: int, stream: str, data: bytes, last: bool = False) -> None:
         self.send_frame(encode_chunk(rid, stream, data, last, max_frame=self._lim.max_frame))
 
-    def answer(self, rid: int, value: object) -> None:
-        self._quiet(lambda: self.send({"type": "result", "id": rid, "value": value}))
+    def answer(self, rid: int, value: object, op: str = "request") -> None:
+        """Send *rid*'s result; a value no frame can carry fails that request alone."""
+        try:
+            frame = encode_frame(
+                {"type": "result", "id": rid, "value": value}, max_frame=self._lim.max_frame
+            )
+        except (PortError, ValueError) as exc:  # over the ceiling; a name not UTF-8 (a
+            # surrogate-escaped byte from the file system); a NaN: refused, not fatal
+            why = (
+                "a name or text in it is not valid UTF-8"
+                if isinstance(exc, UnicodeEncodeError)
+                else str(exc.message if isinstance(exc, PortError) else exc)
+            )
+            message = f"{op}: the result cannot travel: {why}"
+            self.fail(
+                rid,
+                op,
+                PortError(message, op=op, reason=PortReason.REFUSED)
+                if op in IDEMPOTENT
+                else UnknownOutcomeError(message + " (it ran)", op=op),  # its effect happened
+            )
+            return
+        self._quiet(lambda: self.send_frame(frame))
 
     def fail(self, rid: int, op: str, exc: BaseException) -> None:
         body = body_from_exception(exc, op)
-        self._quiet(lambda: self.send({"type": "error", "id": rid, "error": body}))
+        try:
+            frame = encode_frame({"type": "error", "id": rid, "error": body})
+        except ValueError:  # a path in the message that is not UTF-8: shown escaped
+            shown = {
+                k: v.encode("utf-8", "backslashreplace").decode("utf-8")
+                if isinstance(v, str)
+                else v
+                for k, v in body.items()
+            }
+            frame = encode_frame({"type": "error", "id": rid, "error": shown})
+        self._quiet(lambda: self.send_frame(frame))
 
     @staticmethod
     def _quiet(fn: typing.Callable[[], None]) -> None:
@@ -406,7 +438,7 @@ class Connection:
             self.fail(req.id, req.op, exc)
             return True
         self.done(req.id)
-        self.answer(req.id, value)
+        self.answer(req.id, value, req.op)
         return True
 
     def _read_small(self, rid: int, path: str, limit: int | None) -> bool:

@@ -37,6 +37,8 @@ def body_from_exception(exc: BaseException, op: str) -> dict[str, object]:
     """
     if isinstance(exc, UnservedError):
         kind = "unserved"
+    elif isinstance(exc, UnknownOutcomeError):
+        kind = "unknown_outcome"
     elif isinstance(exc, FluxSystemError):
         kind = "refused"
     elif isinstance(exc, pydantic.ValidationError):

@@ -245,7 +245,7 @@ class Handlers:
                 raise
         else:
             conn.done(req.id)
-            conn.answer(req.id, value)
+            conn.answer(req.id, value, req.op)
         finally:
             if upload is not None:
                 upload.discard()

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import threading
+import typing
 from pathlib import Path
 
 import psutil
@@ -13,6 +15,7 @@ from flux_system import (
     PortError,
     PortReason,
     RefusedError,
+    UnknownOutcomeError,
     UnservedError,
     Workspace,
 )
@@ -369,3 +372,75 @@ def test_unencodable_argument_is_a_typed_error(remote) -> None:  # type: ignore[
     with pytest.raises(PortError):
         sub.files.write_bytes("a\udcff", b"x")
     assert sub.files.exists(".")  # the connection is unharmed
+
+
+def test_a_name_that_is_not_utf8_fails_its_call_not_the_connection(tmp_path: Path) -> None:
+    """A file whose name is not UTF-8 (made by a served command, say) cannot travel in
+    UTF-8 JSON: list_dir killed the connection's thread, walk left its caller waiting
+    for ever. Now the call is refused and the connection goes on."""
+    os.close(os.open(os.path.join(bytes(tmp_path), b"\xff-name"), os.O_CREAT | os.O_WRONLY))
+    (tmp_path / "sub").mkdir()
+    with served(tmp_path) as srv, connect(srv.target) as sub:
+        assert "\udcff-name" in srv.workspace.list_dir(".")  # positive control: it is there
+        for call in (lambda: sub.files.list_dir("."), lambda: sub.files.walk(".")):
+            with pytest.raises(RefusedError, match="not valid UTF-8"):
+                _guarded(call)
+        assert sub.files.list_dir("sub") == []  # the same connection still serves
+
+
+def test_a_result_larger_than_a_frame_fails_its_call_not_the_connection(tmp_path: Path) -> None:
+    for i in range(100):
+        (tmp_path / f"a-rather-long-file-name-{i:04d}").touch()
+    limits = ServerLimits(max_frame=2048, max_chunk=1024)
+    with served(tmp_path, limits=limits) as srv, connect(srv.target) as sub:
+        with pytest.raises(RefusedError, match="exceeds the 2048-byte ceiling"):
+            _guarded(lambda: sub.files.walk("."))
+        with pytest.raises(RefusedError, match="exceeds the 2048-byte ceiling"):
+            _guarded(lambda: sub.files.list_dir("."))
+        # A run whose result cannot travel did run: its outcome is unknown, not refused.
+        with pytest.raises(UnknownOutcomeError, match="it ran"):
+            _guarded(lambda: sub.processes.run(["/bin/sh", "-c", "head -c 4000 /dev/zero"]))
+        assert sub.files.exists("a-rather-long-file-name-0000") is True  # still up
+
+
+def _guarded(call: typing.Callable[[], object]) -> object:
+    """*call* on a thread, its exception re-raised; a hang fails the test."""
+    out: list[object] = []
+
+    def go() -> None:
+        try:
+            out.append(call())
+        except BaseException as exc:
+            out.append(exc)
+
+    thread = threading.Thread(target=go, daemon=True)
+    thread.start()
+    thread.join(30)
+    assert not thread.is_alive(), "the call hung"
+    if isinstance(out[0], BaseException):
+        raise out[0]
+    return out[0]
+
+
+def test_an_error_naming_a_path_that_is_not_utf8_still_travels(tmp_path: Path) -> None:
+    """No client path can hold a lone surrogate (refused at validation), but a server's
+    own error may name one from its file system: it is sent escaped, not lost."""
+    import socket
+
+    from flux_system import WorkspaceError, WorkspaceReason
+    from flux_system.remote import ServerConfig
+    from flux_system.remote._channel import SocketChannel
+    from flux_system.remote._connection import Connection
+
+    a, b = socket.socketpair()
+    with Workspace(tmp_path) as ws, a, b:
+        conn = Connection(ServerConfig(ws), SocketChannel(a), "test")
+        bad = WorkspaceError(
+            "read_bytes: gone", op="read_bytes", path="\udcff", reason=WorkspaceReason.NOT_FOUND
+        )
+        conn.fail(7, "read_bytes", bad)
+        b.settimeout(10)
+        head = b.recv(4, socket.MSG_WAITALL)
+        body = b.recv(int.from_bytes(head, "big"), socket.MSG_WAITALL)
+    sent = json.loads(body)
+    assert sent["id"] == 7 and sent["error"]["target"] == "\\udcff", sent
