@@ -314,6 +314,9 @@ class Connection:
         elif isinstance(msg, Chunk):
             self._on_chunk(msg.id, msg.stream, b64d(msg.data, what="chunk data"), msg.last)
         elif isinstance(msg, Cancel):
+            upload = self._uploads.get(msg.id)
+            if upload is not None:  # its request may be waiting for the rest of it
+                upload.cancel()
             self._handlers.cancel(msg.id)
         elif isinstance(msg, Ping):
             self.send({"type": "pong", "nonce": msg.nonce})

@@ -135,6 +135,12 @@ class Upload:
         self._error = exc
         self._ready.set()
 
+    def cancel(self) -> None:
+        """The client cancelled its request: a sized upload still arriving ends its wait
+        (the request is answered ``cancelled``); the rest of it is swallowed."""
+        if self.size is not None and not self._ready.is_set():
+            self._fail(asyncio.CancelledError())
+
     def discard(self) -> None:
         """Nobody waits any more: keep nothing, wake a streamed consumer."""
         if not self._ready.is_set():

@@ -523,3 +523,20 @@ def test_a_large_read_the_client_does_not_take_holds_two_chunks_not_the_file(
         proc.wait(30)
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+def test_a_write_cancelled_mid_upload_is_answered_cancelled(tmp_path: Path) -> None:
+    """Its request waited for the rest of the upload for ever: never answered, its
+    in-flight slot held until the connection ended."""
+    with served(tmp_path) as srv, contextlib.closing(raw_connect(srv.target)) as s:
+        s.sendall(frame(HELLO))
+        assert _first(s)["type"] == "welcome"
+        s.sendall(_write(1, "x", 10) + _upload(1, b"12345", False))
+        s.sendall(_msg({"type": "cancel", "id": 1}))
+        got = json.loads(read_frames(s, count=1)[0])
+        assert got["id"] == 1 and got["error"]["kind"] == "cancelled", got
+        s.sendall(_upload(1, b"67890", True))  # the rest, sent anyway, is swallowed
+        args = {"path": "x"}
+        s.sendall(_msg({"type": "request", "id": 2, "op": "exists", "args": args}))
+        assert json.loads(read_frames(s, count=1)[0]) == {"type": "result", "id": 2, "value": False}
+    assert not (tmp_path / "x").exists()
