@@ -31,6 +31,7 @@ from flux_system.remote._channel import Channel, FdChannel, SocketChannel, TlsCh
 from flux_system.remote._config import ServerConfig
 from flux_system.remote._connection import Connection
 from flux_system.remote._frame import encode_frame
+from flux_system.remote._socket_path import check_socket_dir
 
 __all__ = ["PortServer"]
 
@@ -205,14 +206,16 @@ class PortServer:
         """Listen on the Unix socket *path* (created 0600; an old socket there is replaced).
 
         Raises:
-            PortError: ``PROTOCOL`` when *path* exists and is not a socket, or it cannot
-                be bound (its directory is missing or not writable, an old socket
-                there cannot be removed).
+            PortError: ``PROTOCOL`` when *path* exists and is not a socket, a directory
+                on its way can be written by another user (:func:`check_socket_dir`),
+                or it cannot be bound (its directory is missing or not writable, an
+                old socket there cannot be removed).
         """
 
         def refuse(why: str) -> PortError:
             return PortError(why, op="serve", target=path, reason=PortReason.PROTOCOL)
 
+        check_socket_dir(path)
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             with contextlib.suppress(FileNotFoundError):

@@ -540,3 +540,34 @@ def test_a_write_cancelled_mid_upload_is_answered_cancelled(tmp_path: Path) -> N
         s.sendall(_msg({"type": "request", "id": 2, "op": "exists", "args": args}))
         assert json.loads(read_frames(s, count=1)[0]) == {"type": "result", "id": 2, "value": False}
     assert not (tmp_path / "x").exists()
+
+
+def _listens(root: Path, path: Path) -> str:
+    server = _server(root)
+    try:
+        server.start_unix(str(path))
+        return "listening"
+    except PortError as exc:
+        return exc.message
+    finally:
+        server.close()
+
+
+def test_a_socket_in_a_directory_others_can_rearrange_is_refused(tmp_path: Path) -> None:
+    """Whoever can write the socket's directory (or one above it) can replace the
+    socket with their own after it is made, and take the clients' tokens and files."""
+    base = tmp_path / "base"
+    (base / "run").mkdir(parents=True)
+    sock = base / "run" / "port.sock"
+    assert _listens(tmp_path, sock) == "listening"  # positive control: 0755 dirs
+    (base / "run").chmod(0o777)
+    assert "writable by group or others" in _listens(tmp_path, sock)
+    (base / "run").chmod(0o1777)  # sticky, as /tmp: nobody can remove our entry
+    assert _listens(tmp_path, sock) == "listening"
+    (base / "run").chmod(0o755)
+    base.chmod(0o777)  # one level up: the run directory itself can be swapped
+    assert f"{base} is writable" in _listens(tmp_path, sock)
+    base.chmod(0o755)
+    if os.geteuid() == 0:
+        os.chown(base / "run", NOBODY, NOBODY)  # its owner may do as it likes there
+        assert f"owned by uid {NOBODY}" in _listens(tmp_path, sock)
