@@ -123,13 +123,16 @@ def command_line(
     info_fd: int | None,
     cwd: str,
     env: Mapping[str, str],
+    tmpfs_size: int | None = None,
 ) -> tuple[list[str], list[int]]:
     """The NUL-separated options for ``--args`` and the fds bwrap must inherit.
 
     The command itself follows ``--`` on bwrap's real command line (bwrap takes it only
     from there; a command's argv is visible on the host in any case).
 
-    *roots* are ``(fd, physical path, writable)``; *protected* ``(root path, Found)``.
+    *roots* are ``(fd, physical path, writable)``; *protected* ``(root path, Found)``;
+    *tmpfs_size* caps each fresh tmpfs (``/tmp``, ``/dev/shm``, ``$HOME``), in bytes:
+    without it each may grow to the kernel's default, half of the host's memory.
     """
     opts = ["--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts"]
     opts += ["--unshare-cgroup-try"]
@@ -141,8 +144,9 @@ def command_line(
         opts.append("--disable-userns")
     opts += list(fixed)
     opts += ["--proc", "/proc", *_PROC_OPTS, "--dev", "/dev"]
-    opts += ["--tmpfs", "/tmp", "--tmpfs", "/dev/shm"]
-    opts += ["--perms", "0700", "--tmpfs", home]
+    size = [] if tmpfs_size is None else ["--size", str(tmpfs_size)]
+    opts += [*size, "--tmpfs", "/tmp", *size, "--tmpfs", "/dev/shm"]
+    opts += ["--perms", "0700", *size, "--tmpfs", home]
     fds: list[int] = []
     for fd, path, writable in roots:
         opts += ["--bind-fd" if writable else "--ro-bind-fd", str(fd), path]

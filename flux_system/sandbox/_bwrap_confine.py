@@ -138,6 +138,7 @@ class BwrapConfinement:
         self._protected = (*BUILTIN_PROTECTED, *profile.protected)
         self._net = sandbox.network != "host"
         self._disable_userns = host.bwrap.disable_userns
+        self._tmpfs_size = profile.tmpfs_size if host.bwrap.tmpfs_size else None
         self._seccomp = "seccomp" in sandbox._plan.active
         self._limits = limits_of(profile)
         self._plan = sandbox._plan
@@ -276,6 +277,7 @@ class BwrapConfinement:
                 info_fd=info_w,
                 cwd=cwd,
                 env=child_env,
+                tmpfs_size=self._tmpfs_size,
             )
             if self._launcher is not None:
                 opts += self._launcher[1]
