@@ -33,6 +33,7 @@ from flux_system.sandbox._protected import Found
 __all__ = [
     "PROC_HIDDEN",
     "PROC_READ_ONLY",
+    "REMOUNT_RO",
     "BwrapView",
     "command_line",
     "memfd_with",
@@ -71,6 +72,11 @@ PROC_READ_ONLY: tuple[str, ...] = ("sys", "sysrq-trigger", "irq", "bus", "fs")
 # namespaced), /proc/timer_list the host's timers with the names and pids of the tasks
 # that armed them (readable by root). Reading either gives nothing inside.
 PROC_HIDDEN: tuple[str, ...] = ("keys", "timer_list")
+# The last options of every launch, after every bind: the sandbox's own root and /dev
+# are tmpfs mounts bwrap makes writable, uncapped (tmpfs is memory: `head -c 10G
+# /dev/zero > /big` would take it from the host), and would let a run create /etc
+# files inside. Not recursive: the binds and capped tmpfs below keep their own modes.
+REMOUNT_RO: tuple[str, ...] = ("--remount-ro", "/dev", "--remount-ro", "/")
 _PROC_OPTS: tuple[str, ...] = (
     *(
         opt

@@ -157,6 +157,10 @@ class BwrapConfinement:
         )
         self._protected = (*BUILTIN_PROTECTED, *profile.protected)
         self._net = sandbox.network != "host"
+        if sandbox.network == "proxy":
+            from flux_system.sandbox._proxy_run import check_grants
+
+            check_grants(settings, profile)  # not per launch: a typed error, here
         self._disable_userns = host.bwrap.disable_userns
         self._tmpfs_size = profile.tmpfs_size if host.bwrap.tmpfs_size else None
         self._seccomp = "seccomp" in sandbox._plan.active
@@ -305,6 +309,7 @@ class BwrapConfinement:
                 fds.append(spec_fd)
             if extras.proxy is not None:
                 opts += list(extras.proxy.bwrap_args)
+            opts += _bwrap.REMOUNT_RO  # after every bind: it needs its mount points made
             args_fd = _bwrap.memfd_with("flux-bwrap-args", _bwrap.encode_args(opts))
             owned.append(args_fd)
         except OSError as exc:

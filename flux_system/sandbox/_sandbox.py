@@ -39,29 +39,6 @@ def _unavailable(layer: str, why: str) -> SandboxUnavailableError:
     )
 
 
-def _check_grants(settings: SandboxSettings, profile: Profile) -> None:
-    """The proxy's host patterns and CIDRs parse (else each launch would raise)."""
-    from flux_system.net import EgressPolicy, PrivateNetAllow  # proxy mode only: heavy
-
-    for of_profile in (True, False):
-        src = profile if of_profile else settings
-        for key, values in (("allow_hosts", src.allow_hosts), ("allow_private", src.allow_private)):
-            try:
-                if key == "allow_hosts":
-                    EgressPolicy(allow_hosts=values)
-                    PrivateNetAllow(hosts=values)
-                else:
-                    PrivateNetAllow(cidrs=values)
-            except ValueError as exc:
-                msg = str(exc) if str(exc).startswith(key) else f"{key}: {exc}"
-                raise SandboxUnavailableError(
-                    f"profile {profile.source}: {msg}" if of_profile else msg,
-                    op="Sandbox.resolve",
-                    layer=f"{profile.source}:network.{key}" if of_profile else key,
-                    reason=SandboxReason.BAD_PROFILE if of_profile else SandboxReason.BAD_SETTING,
-                ) from None
-
-
 @typing.final
 class _Passthrough:
     """Mode ``off``: children run as without a sandbox."""
@@ -118,12 +95,9 @@ class Sandbox:
         (``StaticResolver``) or a test DNS server go here.
 
         Raises:
-            SandboxUnavailableError: ``BAD_PROFILE`` (the profile cannot be loaded, or
-                its ``network.allow_hosts``/``allow_private`` hold a bad entry);
-                ``BAD_SETTING`` (with network ``proxy``: a bad ``allow_hosts`` pattern
-                or ``allow_private`` CIDR, named in ``layer``); ``LAYER_UNAVAILABLE``
-                (mode ``require`` and a required layer — named in ``layer`` — is
-                missing).
+            SandboxUnavailableError: ``BAD_PROFILE`` (the profile cannot be loaded);
+                ``LAYER_UNAVAILABLE`` (mode ``require`` and a required layer — named
+                in ``layer`` — is missing).
             TypeError: *settings* is not a ``SandboxSettings``.
         """
         if settings is None:
@@ -135,8 +109,6 @@ class Sandbox:
         profile = load_profile(settings.profile)
         host = _host.probe(trial=settings.backend != "landlock")
         p = plan(settings, profile, host)
-        if p.network == "proxy":
-            _check_grants(settings, profile)
         if settings.mode == "require" and p.missing:
             layer = p.missing[0]
             raise _unavailable(layer, p.reasons.get(layer, "unavailable"))
@@ -180,7 +152,10 @@ class Sandbox:
 
         Raises:
             SandboxUnavailableError: ``WORKSPACE_COVERS_HOME`` — the workspace is, or
-                contains, ``$HOME`` or ``/`` and ``allow_home_workspace`` is not set.
+                contains, ``$HOME`` or ``/`` and ``allow_home_workspace`` is not set;
+                with network ``proxy``, ``BAD_SETTING`` (a bad ``allow_hosts`` pattern
+                or ``allow_private`` CIDR, named in ``layer``) or ``BAD_PROFILE`` (the
+                profile's, ``layer`` ``FILE:network.KEY``).
             TypeError: *ws* is not a ``Workspace``.
         """
         if self._plan.backend == "none":

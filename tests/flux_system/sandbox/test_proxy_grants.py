@@ -1,9 +1,11 @@
-"""Bad proxy grants are refused when the sandbox is resolved, as typed errors.
+"""Bad proxy grants are refused when a ``System`` is made, as typed errors.
 
 With the old code a bad ``allow_hosts`` pattern or ``allow_private`` CIDR (from the
 settings, ``--allow-host``/``--allow-private``, or a profile) passed
 ``Sandbox.resolve`` and raised a bare ``ValueError`` out of every ``System.run``
-(``flux exec`` printed a traceback and exited 1).
+(``flux exec`` printed a traceback and exited 1). They are checked where the
+confinement is made, not in ``Sandbox.resolve``: that is light (``flux doctor``
+resolves every built-in profile without importing the egress guard).
 """
 
 from __future__ import annotations
@@ -27,12 +29,14 @@ from tests.flux_system.sandbox._support import require_bwrap
         ((), ("10.0.0.0/33",), "allow_private"),
     ],
 )
-def test_bad_settings_grant_is_refused_at_resolve(
-    hosts: tuple[str, ...], cidrs: tuple[str, ...], layer: str
+def test_bad_settings_grant_is_refused_at_confine(
+    hosts: tuple[str, ...], cidrs: tuple[str, ...], layer: str, tmp_path: Path
 ) -> None:
+    require_bwrap()
     settings = SandboxSettings(mode="on", network="proxy", allow_hosts=hosts, allow_private=cidrs)
-    with pytest.raises(SandboxUnavailableError) as err:
-        Sandbox.resolve(settings)
+    sandbox = Sandbox.resolve(settings)
+    with Workspace(tmp_path) as ws, pytest.raises(SandboxUnavailableError) as err:
+        System(ws, sandbox=sandbox)
     assert err.value.reason is SandboxReason.BAD_SETTING
     assert err.value.layer == layer
     assert str(err.value).startswith(layer)
@@ -42,18 +46,23 @@ def test_bad_profile_grant_names_file_and_key(tmp_path: Path) -> None:
     text = (profile_dirs()[0] / "net-proxy.toml").read_text()
     text = text.replace("allow_private = []", 'allow_private = ["10.0.0.0/40"]')
     assert "10.0.0.0/40" in text
+    require_bwrap()
     path = tmp_path / "bad.toml"
     path.write_text(text)
-    with pytest.raises(SandboxUnavailableError) as err:
-        Sandbox.resolve(SandboxSettings(mode="on", profile=str(path)))
+    sandbox = Sandbox.resolve(SandboxSettings(mode="on", profile=str(path)))
+    with Workspace(tmp_path) as ws, pytest.raises(SandboxUnavailableError) as err:
+        System(ws, sandbox=sandbox)
     assert err.value.reason is SandboxReason.BAD_PROFILE
     assert err.value.layer == f"{path}:network.allow_private"
 
 
-def test_grants_are_not_checked_without_the_proxy() -> None:
+def test_grants_are_not_checked_without_the_proxy(tmp_path: Path) -> None:
+    require_bwrap()
     # network none: the patterns are never used, so nothing imports the egress guard
     sb = Sandbox.resolve(SandboxSettings(mode="on", network="none", allow_hosts=("[::1]",)))
     assert sb.network == "none"
+    with Workspace(tmp_path) as ws:
+        System(ws, sandbox=sb).close()
 
 
 def test_control_good_grants_resolve_and_run(tmp_path: Path) -> None:
