@@ -70,8 +70,19 @@ PROC_READ_ONLY: tuple[str, ...] = ("sys", "sysrq-trigger", "irq", "bus", "fs")
 # Host-global information in /proc, hidden behind the host's /dev/null: /proc/keys lists
 # the descriptions of every key the caller may view (the kernel keyring is not
 # namespaced), /proc/timer_list the host's timers with the names and pids of the tasks
-# that armed them (readable by root). Reading either gives nothing inside.
-PROC_HIDDEN: tuple[str, ...] = ("keys", "timer_list")
+# that armed them (readable by root). Then the root-only (0400) views of the host
+# kernel's memory a root caller would read: physical page flags and counts, slab and
+# vmalloc layout (what heap-grooming exploits read). Reading any gives nothing inside.
+PROC_HIDDEN: tuple[str, ...] = (
+    "keys",
+    "timer_list",
+    "kpageflags",
+    "kpagecount",
+    "kpagecgroup",
+    "slabinfo",
+    "pagetypeinfo",
+    "vmallocinfo",
+)
 # The last options of every launch, after every bind: the sandbox's own root and /dev
 # are tmpfs mounts bwrap makes writable, uncapped (tmpfs is memory: `head -c 10G
 # /dev/zero > /big` would take it from the host), and would let a run create /etc

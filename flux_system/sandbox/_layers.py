@@ -246,7 +246,9 @@ def report_of(
             else "no pid namespace without bubblewrap: the host's processes are visible in "
             "/proc, their command lines and status readable (environ, memory, fds and cwd "
             "refused by Landlock's ptrace rule; signals scoped at ABI 6), and so are "
-            "/proc/keys (the descriptions of the caller's keys) and /proc/timer_list",
+            "/proc/keys (the descriptions of the caller's keys), /proc/timer_list and, "
+            "for a root caller, the kernel's memory views (/proc/slabinfo, kpageflags, "
+            "vmallocinfo, ...)",
         ),
         _g(
             "process_tree",
