@@ -224,3 +224,27 @@ def test_spawner_thread_out_of_reach_as_root(as_root: dict[str, object]) -> None
 
 def test_spawner_thread_out_of_reach_as_unprivileged(as_unprivileged: dict[str, object]) -> None:
     _check(as_unprivileged)
+
+
+def test_undumpable_is_counted_and_restored() -> None:
+    import ctypes
+
+    from flux_system.sandbox import _undumpable
+
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def dumpable() -> int:
+        return int(libc.prctl(3, 0, 0, 0, 0))  # PR_GET_DUMPABLE
+
+    before = dumpable()  # 1, unless a Landlock-only System of another test is still open
+    _undumpable.hold()
+    _undumpable.hold()
+    try:
+        assert dumpable() == 0
+        _undumpable.release()
+        assert dumpable() == 0  # one holder left
+    finally:
+        _undumpable.release()
+    assert dumpable() == before
+    _undumpable.release()  # an extra release changes nothing
+    assert dumpable() == before
