@@ -23,9 +23,12 @@ Default allow; the deny list below fails with ``EPERM`` (or answers as noted).
   process: libseccomp's bad-architecture action.
 - With ``guard_tid`` (the Landlock-only spawner thread, which shares its Landlock
   domain with the children it forks, so Landlock's signal scope lets them reach it):
-  ``tkill``/``tgkill``/``rt_tgsigqueueinfo`` aimed at that thread, ``pidfd_open`` of a
-  single thread (``PIDFD_THREAD``) and ``fcntl(F_SETOWN_EX)`` (whose owner may name a
-  thread) are refused. A signal to a thread is a signal to its whole process.
+  ``kill``/``rt_sigqueueinfo``/``tkill``/``tgkill``/``rt_tgsigqueueinfo`` naming that
+  thread's id, ``pidfd_open`` of a single thread (``PIDFD_THREAD``) and
+  ``fcntl(F_SETOWN_EX)`` (whose owner may name a thread) are refused, and
+  ``pidfd_send_signal`` answers ``ENOSYS`` (its target is an fd, which a filter cannot
+  read: ``/proc/<tid>`` opened as a directory names the thread; callers fall back to
+  ``kill``, as on kernels before 5.1). A signal to a thread is one to its process.
 
 Guarantee: the program is exported by libseccomp for the native architecture only.
 Not guaranteed: what a denied call's caller does with the errno.
@@ -196,8 +199,16 @@ TIOCLINUX = 0x541C
 _LOW32 = 0xFFFFFFFF
 PIDFD_THREAD = 0o200  # O_EXCL
 F_SETOWN_EX = 15
-# Where each signal-a-thread call takes its thread id.
-TID_ARG: dict[str, int] = {"tkill": 0, "tgkill": 1, "rt_tgsigqueueinfo": 1}
+# Where each call that can signal one thread takes its id: kill(tid) signals the
+# thread's whole process, and the permission check (Landlock's too) is made on the
+# thread named, so kill and rt_sigqueueinfo are in the list as well.
+TID_ARG: dict[str, int] = {
+    "kill": 0,
+    "rt_sigqueueinfo": 0,
+    "tkill": 0,
+    "tgkill": 1,
+    "rt_tgsigqueueinfo": 1,
+}
 _AF_MAX = 64  # families above this answer EAFNOSUPPORT as one range
 
 
@@ -287,6 +298,9 @@ def _guard_thread(lib: L.LibSeccomp, ctx: int, action: int, tid: int) -> None:
     nr = lib.resolve("fcntl")
     if nr is not None:
         lib.rule(ctx, action, nr, (_cmp(1, L.CMP_MASKED_EQ, _LOW32, F_SETOWN_EX),))
+    nr = lib.resolve("pidfd_send_signal")
+    if nr is not None:
+        lib.rule(ctx, L.act_errno(errno.ENOSYS), nr)
 
 
 def export_memfd(lib: L.LibSeccomp, spec: FilterSpec) -> int:

@@ -5,7 +5,8 @@ its children share its Landlock domain: Landlock lets a domain signal and
 ptrace-access its own members. With the old code a child, as root and as uid 65534,
 read the host process's environment through ``/proc/<flux>/task/<spawner>/environ``,
 opened its memory, took its fds (the seccomp listener among them: answering its own
-denials) with ``pidfd_getfd``, and killed the host process with ``tgkill``.
+denials) with ``pidfd_getfd``, and killed the host process with ``tgkill``, with
+``kill(tid)`` and with ``pidfd_send_signal`` on ``/proc/<tid>`` opened as a directory.
 
 Each run below is a separate driver process (a successful kill must not take pytest
 with it): first a plain ``System`` (the positive control: the same attack on a thread
@@ -76,9 +77,18 @@ for tid in sorted(int(t) for t in os.listdir(f"/proc/{ppid}/task")):
         os.close(pidfd)
     got["tgkill"] = ok(libc.syscall(234, ppid, tid, 0))  # signal 0: the permission check
     got["tkill"] = ok(libc.syscall(200, tid, 0))
+    got["kill"] = ok(libc.syscall(62, tid, 0))  # kill(tid): the thread's whole process
     info = ctypes.create_string_buffer(128)
     struct.pack_into("iii", info, 0, 0, 0, -1)  # si_code SI_QUEUE
     got["tgsigqueueinfo"] = ok(libc.syscall(297, ppid, tid, 0, info))
+    got["sigqueueinfo"] = ok(libc.syscall(129, tid, 0, info))
+    try:  # /proc/<tid> opened as a directory is a pidfd naming the thread
+        dirfd = os.open(f"/proc/{tid}", os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        got["proc_pidfd"] = False
+    else:
+        got["proc_pidfd"] = ok(libc.syscall(424, dirfd, 0, None, 1))  # PIDFD_SIGNAL_THREAD
+        os.close(dirfd)
     r, w = os.pipe()
     buf = ctypes.create_string_buffer(struct.pack("ii", 0, tid))  # F_OWNER_TID, tid
     got["setown_tid"] = ok(libc.fcntl(r, 15, buf))  # F_SETOWN_EX
@@ -89,8 +99,14 @@ with open(out_path, "w") as fh:
     json.dump({"threads": found}, fh)
 if mode == "sandboxed":
     for got in found:
-        if got["seccomp"] == 2:
-            got["kill"] = ok(libc.syscall(234, ppid, got["tid"], signal.SIGKILL))
+        if got["seccomp"] == 2:  # the real thing: each a SIGKILL of the host process
+            tid = got["tid"]
+            dirfd = os.open(f"/proc/{tid}", os.O_RDONLY | os.O_DIRECTORY)
+            got["killed"] = [
+                ok(libc.syscall(234, ppid, tid, signal.SIGKILL)),
+                ok(libc.syscall(62, tid, signal.SIGKILL)),
+                ok(libc.syscall(424, dirfd, signal.SIGKILL, None, 1)),
+            ]
     with open(out_path, "w") as fh:
         json.dump({"threads": found, "survived": True}, fh)
 """
@@ -136,7 +152,10 @@ ATTACKS = (
     "getfd",
     "tgkill",
     "tkill",
+    "kill",
     "tgsigqueueinfo",
+    "sigqueueinfo",
+    "proc_pidfd",
     "setown_tid",
 )
 
@@ -210,12 +229,20 @@ def _check(result: dict[str, object]) -> None:
     threads = got["threads"]
     spawner = [t for t in threads if t["seccomp"] == 2]
     assert len(spawner) == 1, threads  # the attack saw the spawner thread
-    assert spawner[0]["kill"] is False
+    assert spawner[0]["killed"] == [False, False, False]
     for t in threads:
         for attack in ATTACKS:
             assert t[attack] is False, (attack, t)
     # seccomp's refusals of the calls aimed at the spawner are evidence
-    assert {"tgkill", "tkill", "rt_tgsigqueueinfo", "pidfd_open", "fcntl"} <= set(got["denials"])
+    assert {
+        "kill",
+        "rt_sigqueueinfo",
+        "tgkill",
+        "tkill",
+        "rt_tgsigqueueinfo",
+        "pidfd_open",
+        "fcntl",
+    } <= set(got["denials"])
 
 
 def test_spawner_thread_out_of_reach_as_root(as_root: dict[str, object]) -> None:
