@@ -14,23 +14,22 @@ Run: ``python bench/bench_sandbox_hardening.py``.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import record, side_by_side
+from bench.bench_sandbox import _bare_bwrap
 from flux_system import System, Workspace
 from flux_system.sandbox import Sandbox, SandboxSettings
-from flux_system.sandbox._bwrap import memfd_with
 
 NEW_HIDDEN = ("kpageflags", "kpagecount", "kpagecgroup", "slabinfo", "pagetypeinfo", "vmallocinfo")
 
 
 def _without_review(opts: list[bytes]) -> list[bytes]:
+    """*opts* without this review's options (the baseline)."""
     out: list[bytes] = []
     i = 0
     while i < len(opts):
@@ -43,68 +42,15 @@ def _without_review(opts: list[bytes]) -> list[bytes]:
             continue
         out.append(o)
         i += 1
+    assert len(out) < len(opts), "the review's options were not found"
     return out
-
-
-def _runners(system: System) -> tuple[Callable[[], object], Callable[[], object]]:
-    confine = system._confine
-    assert confine is not None
-    rootfd = system._ws._open_dir_fd(".")
-    try:
-        launch = confine.launch(("/bin/true",), "/bin/true", {"PATH": "/usr/bin:/bin"}, rootfd)
-    finally:
-        os.close(rootfd)
-    args_fd = int(launch.argv[2])
-    opts = os.pread(args_fd, 1 << 20, 0).split(b"\0")[:-1]
-    if b"--info-fd" in opts:
-        at = opts.index(b"--info-fd")
-        del opts[at : at + 2]
-    seccomp_src = int(opts[opts.index(b"--seccomp") + 1])
-    seccomp_copy = os.dup(seccomp_src)
-    keep = [fd for fd in launch.pass_fds if fd not in (args_fd, seccomp_src, *launch.owned_fds)]
-    launch.close_fds()
-    bwrap, command = launch.executable, list(launch.argv[4:])
-
-    def runner(variant: list[bytes]) -> Callable[[], object]:
-        at = variant.index(b"--seccomp") + 1
-
-        def run() -> object:
-            sfd = os.open(f"/proc/self/fd/{seccomp_copy}", os.O_RDONLY | os.O_CLOEXEC)
-            variant[at] = str(sfd).encode()
-            afd = memfd_with("bench-args", b"".join(o + b"\0" for o in variant))
-            try:
-                return subprocess.run(
-                    [bwrap, "--args", str(afd), "--", *command],
-                    capture_output=True,
-                    env={},
-                    pass_fds=(afd, sfd, *keep),
-                    check=True,
-                )
-            finally:
-                os.close(afd)
-                os.close(sfd)
-                _reap_orphans()
-
-        return run
-
-    stripped = _without_review(list(opts))
-    assert len(stripped) < len(opts), "the review's options were not found"
-    return runner(list(opts)), runner(stripped)
-
-
-def _reap_orphans() -> None:
-    while True:  # bwrap's inits, re-parented to this subreaper (see bench_sandbox.py)
-        try:
-            if os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG) is None:
-                return
-        except ChildProcessError:
-            return
 
 
 def main() -> None:
     box = Sandbox.resolve(SandboxSettings(mode="require", profile="default"))
     with tempfile.TemporaryDirectory() as root, Workspace(root) as ws, System(ws, sandbox=box) as s:
-        with_review, without = _runners(s)
+        with_review = _bare_bwrap(s)
+        without = _bare_bwrap(s, edit=_without_review)
         for _ in range(10):
             with_review()
             without()
