@@ -98,13 +98,14 @@ def check_home(roots: list[tuple[int, str, bool]], allowed: bool) -> None:
 def _extra_dirs(paths: tuple[str, ...], owned: list[int]) -> list[tuple[int, str, bool]]:
     """The extra writable paths that are directories, opened ``O_PATH`` (fds to *owned*).
 
-    No symlink lies below a writable tree on the way to them (checked when the
-    ``System`` was made); one planted since, at the last component, is skipped.
+    Followed by name, as bwrap's ``--bind`` follows them: no symlink lies below a
+    writable tree on the way to them (checked when the ``System`` was made), so a link
+    on the way is the user's own.
     """
     out = []
     for path in paths:
         try:
-            fd = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            fd = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError:
             continue  # a file, or gone: it holds no protected path
         owned.append(fd)

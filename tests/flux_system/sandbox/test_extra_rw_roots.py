@@ -37,13 +37,19 @@ def _settings(backend: str, other: Path, **kw: object) -> SandboxSettings:
     return SandboxSettings(mode=mode, backend=backend, read_write=(str(other),), **kw)  # type: ignore[arg-type]
 
 
-def _run(tmp_path: Path, backend: str, *, audit: bool) -> tuple[Path, str, list[str]]:
+def _run(
+    tmp_path: Path, backend: str, *, audit: bool, via_link: bool = False
+) -> tuple[Path, str, list[str]]:
     other = _other(tmp_path)
+    given = other
+    if via_link:  # the user's own link, outside every writable tree: followed
+        given = tmp_path / "link"
+        given.symlink_to(other)
     ws_dir = tmp_path / "ws"
     ws_dir.mkdir()
-    sandbox = Sandbox.resolve(_settings(backend, other, audit=audit))
+    sandbox = Sandbox.resolve(_settings(backend, given, audit=audit))
     with Workspace(ws_dir) as ws, System(ws, sandbox=sandbox) as system:
-        r = system.run(["/bin/sh", "-c", ATTACK, "sh", str(other)], timeout=60)
+        r = system.run(["/bin/sh", "-c", ATTACK, "sh", str(given)], timeout=60)
     assert r.denials is not None
     records = [f"{d.what} {d.detail}" for d in r.denials.records if d.layer == "protected_paths"]
     return other, r.stdout_text, records
@@ -56,9 +62,10 @@ def _unchanged(other: Path) -> None:
     assert not (other / ".envrc").exists()
 
 
-def test_bwrap_binds_the_protected_paths_of_an_extra_root(tmp_path: Path) -> None:
+@pytest.mark.parametrize("via_link", [False, True])
+def test_bwrap_binds_the_protected_paths_of_an_extra_root(tmp_path: Path, via_link: bool) -> None:
     require_bwrap()
-    other, out, records = _run(tmp_path, "bwrap", audit=False)
+    other, out, records = _run(tmp_path, "bwrap", audit=False, via_link=via_link)
     assert "plain: planted" in out  # positive control: the path is writable
     assert (other / "plain.txt").read_text() == "planted\n"
     # existing ones read-only even without the audit; only the new .envrc got through
