@@ -15,7 +15,7 @@ import pytest
 
 from flux_system import SandboxReason, SandboxUnavailableError, System, Workspace
 from flux_system.sandbox import Sandbox, SandboxSettings
-from tests.flux_system.sandbox._support import require_bwrap, require_landlock
+from tests.flux_system.sandbox._support import require_backend, require_bwrap
 
 ATTACK = (
     'cd "$1" && echo planted > plain.txt && echo "plain: $(cat plain.txt)"; '
@@ -77,10 +77,7 @@ def test_bwrap_binds_the_protected_paths_of_an_extra_root(tmp_path: Path, via_li
 
 @pytest.mark.parametrize("backend", ["bwrap", "landlock"])
 def test_the_audit_covers_an_extra_root(tmp_path: Path, backend: str) -> None:
-    if backend == "bwrap":
-        require_bwrap()
-    else:
-        require_landlock(6)
+    require_backend(backend)
     other, out, records = _run(tmp_path, backend, audit=True)
     assert "plain: planted" in out
     _unchanged(other)
@@ -95,10 +92,7 @@ def test_the_audit_covers_an_extra_root(tmp_path: Path, backend: str) -> None:
 def test_extra_root_covering_home_is_refused(
     tmp_path: Path, backend: str, where: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    if backend == "bwrap":
-        require_bwrap()
-    else:
-        require_landlock(6)
+    require_backend(backend)
     home = tmp_path / "h" / "me"
     (home / "sub").mkdir(parents=True)
     monkeypatch.setenv("HOME", str(home))

@@ -16,7 +16,7 @@ import pytest
 
 from flux_system import System, Workspace
 from flux_system.sandbox import Sandbox, SandboxSettings
-from tests.flux_system.sandbox._support import require_bwrap, require_landlock
+from tests.flux_system.sandbox._support import require_backend, require_bwrap
 
 POINTER = "gitdir: /srv/main/.git/worktrees/linked\n"
 ATTACK = (
@@ -48,10 +48,7 @@ def test_bwrap_binds_a_git_file_read_only(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("backend", ["bwrap", "landlock"])
 def test_the_audit_restores_a_git_file(tmp_path: Path, backend: str) -> None:
-    if backend == "bwrap":
-        require_bwrap()
-    else:
-        require_landlock(6)
+    require_backend(backend)
     mode = "require" if backend == "bwrap" else "on"
     out, records = _run(tmp_path, SandboxSettings(mode=mode, backend=backend, audit=True))
     assert "other-ok" in out
