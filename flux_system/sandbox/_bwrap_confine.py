@@ -29,6 +29,7 @@ from flux_system.process._confine import Denials, Launch
 from flux_system.sandbox._bwrap_init import reap_init, start_time
 from flux_system.sandbox._extra_paths import check_extra_paths
 from flux_system.sandbox._extras import RunExtras
+from flux_system.sandbox._profile import profile_dirs
 from flux_system.sandbox._protected import BUILTIN_PROTECTED, Found, find_protected
 
 if typing.TYPE_CHECKING:
@@ -95,6 +96,31 @@ def check_home(roots: list[tuple[int, str, bool]], allowed: bool) -> None:
                 )
 
 
+def check_profile_file(profile: typing.Any, writable: typing.Iterable[str]) -> None:
+    """Refuse a profile file of the user's that lies inside a writable path (decision 0120).
+
+    A run could rewrite it, and the next sandbox made from it would be the run's
+    choice. The built-in profiles are part of the installed package, judged with it.
+
+    Raises:
+        SandboxUnavailableError: ``BAD_PROFILE`` naming the file and the writable path.
+    """
+    real = os.path.realpath(profile.source)
+    if os.path.dirname(real) in {str(d) for d in profile_dirs()}:
+        return  # built in: the package's own file
+    for path in writable:
+        base = os.path.realpath(path)
+        if real == base or real.startswith(base.rstrip("/") + "/"):
+            raise SandboxUnavailableError(
+                f"profile {profile.source} lies inside the writable path {base}: a run "
+                "could rewrite it for the next; keep profile files outside every "
+                "writable root",
+                op="confine",
+                layer=profile.source,
+                reason=SandboxReason.BAD_PROFILE,
+            )
+
+
 def _extra_dirs(paths: tuple[str, ...], owned: list[int]) -> list[tuple[int, str, bool]]:
     """The extra writable paths that are directories, opened ``O_PATH`` (fds to *owned*).
 
@@ -153,6 +179,7 @@ class BwrapConfinement:
         # Extra writable paths are writable roots too: not $HOME or / (unless allowed),
         # their protected paths bound read-only, and audited (decision 0119).
         check_home([(-1, p, True) for p in self._extra_rw], settings.allow_home_workspace)
+        check_profile_file(profile, (*(p for _, p, w in self._roots if w), *self._extra_rw))
         self._visible = (
             visible | {p for _, p, _ in self._roots} | set(self._extra_ro) | set(self._extra_rw)
         )

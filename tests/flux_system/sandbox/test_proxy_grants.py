@@ -47,10 +47,11 @@ def test_bad_profile_grant_names_file_and_key(tmp_path: Path) -> None:
     text = text.replace("allow_private = []", 'allow_private = ["10.0.0.0/40"]')
     assert "10.0.0.0/40" in text
     require_bwrap()
-    path = tmp_path / "bad.toml"
+    path = tmp_path / "bad.toml"  # outside the workspace (decision 0120)
     path.write_text(text)
+    (tmp_path / "ws").mkdir()
     sandbox = Sandbox.resolve(SandboxSettings(mode="on", profile=str(path)))
-    with Workspace(tmp_path) as ws, pytest.raises(SandboxUnavailableError) as err:
+    with Workspace(tmp_path / "ws") as ws, pytest.raises(SandboxUnavailableError) as err:
         System(ws, sandbox=sandbox)
     assert err.value.reason is SandboxReason.BAD_PROFILE
     assert err.value.layer == f"{path}:network.allow_private"
