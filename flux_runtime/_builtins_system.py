@@ -2,7 +2,8 @@
 
 ``proc.run`` takes an argv (never a shell string); the ``git_*`` operations run a fixed
 argv (``git status --porcelain=v1``, ``git diff --no-color``, ``git log --oneline -n N``)
-so they can be gather-safe reads. ``http.request`` goes through
+with every program the repository could configure switched off (:mod:`._git`), so
+they can be gather-safe reads. ``http.request`` goes through
 :class:`~flux_system.port.HttpPort`: the serving side's egress guard decides, and its
 guarded client owns the 429 / ``Retry-After`` semantics (the result says how long it
 waited and how many retries it made).
@@ -18,6 +19,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from flux_runtime._catalog import Operation, Result, Risk
+from flux_runtime._git import git_read
 
 if typing.TYPE_CHECKING:
     from flux_system.port import Substrate
@@ -59,23 +61,6 @@ def _process_resources(inp: Mapping[str, Any]) -> list[str]:
 
 def _proc(s: Substrate, inp: Mapping[str, Any]) -> Result:
     return _run(s, list(inp["argv"]), inp)
-
-
-# The repository's own config can name commands git runs (core.fsmonitor on status,
-# diff.external and textconv drivers on diff and log, gpg on log.showSignature): the
-# gather-safe git operations switch those off. Not covered: clean/smudge filters named
-# in .gitattributes (their driver names are the repository's), which status may run.
-_GIT_SAFE = ("-c", "core.fsmonitor=false", "-c", "log.showSignature=false", "--no-pager")
-_GIT_NO_DRIVERS = ("--no-ext-diff", "--no-textconv")
-
-
-def _git(*args: str) -> Any:
-    def handler(s: Substrate, inp: Mapping[str, Any]) -> Result:
-        extra = ["-n", str(inp.get("count", 10))] if args[0] == "log" else []
-        drivers = list(_GIT_NO_DRIVERS) if args[0] in ("diff", "log") else []
-        return _run(s, ["git", *_GIT_SAFE, *args, *drivers, *extra], {})
-
-    return handler
 
 
 def _now(s: Substrate, inp: Mapping[str, Any]) -> Result:
@@ -149,7 +134,7 @@ def system_operations() -> list[Operation]:
             git,
             Risk.LOW,
             True,
-            _git("status", "--porcelain=v1"),
+            git_read("status", "--porcelain=v1"),
             lambda i: ["process/git"],
             side_effect_free=True,
         ),
@@ -160,7 +145,7 @@ def system_operations() -> list[Operation]:
             git,
             Risk.LOW,
             True,
-            _git("diff", "--no-color"),
+            git_read("diff", "--no-color"),
             lambda i: ["process/git"],
             side_effect_free=True,
         ),
@@ -171,7 +156,7 @@ def system_operations() -> list[Operation]:
             git,
             Risk.LOW,
             True,
-            _git("log", "--oneline", "--no-color"),
+            git_read("log", "--oneline", "--no-color"),
             lambda i: ["process/git"],
             side_effect_free=True,
         ),

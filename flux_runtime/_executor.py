@@ -30,6 +30,7 @@ from flux_runtime._approval import ApprovalRequest, Approver, HeadlessApprover, 
 from flux_runtime._catalog import Catalog, Operation, Result, Risk
 from flux_runtime._errors import EnvelopeError, EnvelopeReason
 from flux_runtime._gate import WALK_GATE
+from flux_runtime._targets import Follow, resolved_resource
 from flux_secret import Redactor, SecretError, SecretResolver
 
 if typing.TYPE_CHECKING:
@@ -183,7 +184,8 @@ class Executor:
                     reason=EnvelopeReason.POLICY_DENIED,
                 )
             self._approve(op, inp, ctx, decision, record)
-            gate = WALK_GATE.set(lambda name: self._allows(op, name, ctx))
+            roots: dict[str, str] = {}
+            gate = WALK_GATE.set(lambda name: self._allows(op, name, ctx, roots))
             try:
                 result = op.handler(self.substrate, self._resolve(op, inp))
             finally:
@@ -223,27 +225,62 @@ class Executor:
             return False
         try:
             return self._decide(op, call.input, ctx).effect is not Effect.DENY
-        except EnvelopeError:  # e.g. an absolute path: refused when dispatched
+        except Exception:  # e.g. an absolute path or an escaping link: refused when dispatched
             return False
 
-    def _allows(self, op: Operation, name: str, ctx: Context) -> bool:
-        """Whether *op* may look at workspace file *name* without asking (walk gate)."""
+    def _allows(self, op: Operation, name: str, ctx: Context, roots: dict[str, str]) -> bool:
+        """Whether *op* may look at workspace file *name* without asking (walk gate):
+        by its name and by where it resolves (a link to a denied file is skipped)."""
         now = dt.datetime.now(dt.UTC)
+        evaluate = self._evaluator.evaluate
         resource = f"workspace/{posixpath.normpath(name)}"
-        d = self._evaluator.evaluate(
-            Request(ctx.caller, op.name, resource, trust=ctx.trust, now=now)
-        )
+        first = evaluate(Request(ctx.caller, op.name, resource, trust=ctx.trust, now=now))
+        if first.effect is not Effect.ALLOW:
+            return False
+        try:
+            target = resolved_resource(
+                self.substrate.files, op.name, name, "target", writes=False, roots=roots
+            )
+        except Exception:  # not resolvable beneath the root: not looked at
+            return False
+        if target == resource:
+            return True
+        d = evaluate(Request(ctx.caller, op.name, target, trust=ctx.trust, now=now))
         return d.effect is Effect.ALLOW
 
+    def _targets(self, op: Operation, inp: Mapping[str, Any], names: list[str]) -> list[str]:
+        """Where each workspace path *op* names resolves, beyond *names* (the names it
+        declares): the policy decides on both (flux_runtime._targets)."""
+        if op.paths is None:
+            return []
+        files, roots = self.substrate.files, dict[str, str]()
+        writes = "write" in op.effects
+        follow: Follow = "name" if op.follow == "name" else "target"
+        out: list[str] = []
+        for path in op.paths(inp):
+            target = resolved_resource(files, op.name, path, follow, writes=writes, roots=roots)
+            if target not in names and target not in out:
+                out.append(target)
+        return out
+
     def _decide(self, op: Operation, inp: Mapping[str, Any], ctx: Context) -> Decision:
+        """The strictest decision over the declared names, then (unless those are
+        denied already) over where the paths resolve."""
         now = dt.datetime.now(dt.UTC)
         worst: Decision | None = None
         evaluate, rank = self._evaluator.evaluate, _RANK
-        for resource in op.resources(inp) or ["-"]:
+        names = list(op.resources(inp))
+        for resource in names or ["-"]:
             d = evaluate(Request(ctx.caller, op.name, resource, trust=ctx.trust, now=now))
             if worst is None or rank[d.effect] > rank[worst.effect]:
                 worst = d
         assert worst is not None
+        if worst.effect is Effect.DENY:
+            return worst
+        for resource in self._targets(op, inp, names):
+            d = evaluate(Request(ctx.caller, op.name, resource, trust=ctx.trust, now=now))
+            if rank[d.effect] > rank[worst.effect]:
+                worst = d
         return worst
 
     def _approve(

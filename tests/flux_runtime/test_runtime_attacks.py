@@ -8,6 +8,7 @@ target from the approval prompt.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from flux_runtime import ApprovalRequest, Call, Context, EnvelopeReason
 from tests.flux_runtime._runtime import rig
@@ -201,3 +202,64 @@ def test_inputs_the_evidence_log_cannot_hold_are_refused_and_recorded(tmp_path: 
         ops = r.ops()
         assert len(ops) == 2 and all(o["input"].startswith("(not recorded:") for o in ops)
         assert r.verified() >= 2
+
+
+def _repo(ws: Path) -> Any:
+    import subprocess
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-C", str(ws), *args], check=True, capture_output=True)
+
+    git("init", "-q")
+    (ws / "VERSION").write_text("1\n")
+    git("add", "VERSION")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "v1")
+    (ws / "VERSION").write_text("2\n")
+    return git
+
+
+def test_git_reads_run_no_filter_the_repository_configures(tmp_path: Path) -> None:
+    import subprocess
+
+    with rig(tmp_path) as r:
+        ws = r.root
+        git = _repo(ws)
+        (ws / ".gitattributes").write_text("* filter=x\nVERSION filter=Up.per\n*.md filter=p\n")
+        (ws / "z.md").write_text("doc\n")
+        (ws / "b.txt").write_text("text\n")
+        git("add", "z.md", "b.txt")
+        git("config", "filter.x.clean", f"sh -c 'echo ran > {ws}/clean_out; cat'")
+        git("config", "filter.x.required", "true")
+        git("config", "filter.Up.per.clean", f"sh -c 'echo ran > {ws}/dotted_out; cat'")
+        git("config", "filter.p.process", f"sh -c 'echo ran > {ws}/process_out'")
+        outs = ("clean_out", "dotted_out", "process_out")
+
+        def touch_all() -> None:  # a changed stat makes status re-read (and filter) a file
+            for name in ("VERSION", "z.md", "b.txt"):
+                (ws / name).write_text((ws / name).read_text())
+
+        # Positive control: plain git runs every configured filter.
+        touch_all()
+        subprocess.run(["git", "-C", str(ws), "status"], capture_output=True)
+        subprocess.run(["git", "-C", str(ws), "--no-pager", "diff"], capture_output=True)
+        assert all((ws / n).exists() for n in outs)
+        for n in outs:
+            (ws / n).unlink()
+        for op in ("git_status", "git_diff", "git_log"):
+            touch_all()
+            out = r.executor.dispatch(Call(op, {}), _ctx())
+            assert out.ok and "exit 0" in out.view, out
+            assert not any((ws / n).exists() for n in outs), op
+        assert "VERSION" in r.executor.dispatch(Call("git_status", {}), _ctx()).view
+
+
+def test_git_reads_refuse_a_filter_name_they_cannot_override(tmp_path: Path) -> None:
+    with rig(tmp_path) as r:
+        ws = r.root
+        git = _repo(ws)
+        (ws / ".gitattributes").write_text("* filter=a=b\n")
+        git("config", "filter.a=b.clean", f"sh -c 'echo ran > {ws}/eq_out; cat'")
+        out = r.executor.dispatch(Call("git_status", {}), _ctx())
+        assert not out.ok and out.reason is EnvelopeReason.OPERATION_FAILED
+        assert "cannot override" in out.view
+        assert not (ws / "eq_out").exists()
