@@ -19,6 +19,7 @@ the far side's own guards and sandbox apply.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from typing import Any
@@ -102,6 +103,25 @@ def _sandbox(args: argparse.Namespace, ws: Any) -> Any:
             "(see flux doctor; --sandbox off runs them unconfined)"
         )
         return None
+
+
+def _writable_trees(args: argparse.Namespace) -> list[str]:
+    """Every tree the agent may write on a native workspace: the workspace and, unless
+    ``--sandbox off``, the profile's writable extra paths (``filesystem.read_write``),
+    read from the profile itself, so a sandbox that did not resolve still counts them.
+    The session store and the evidence log must lie outside all of them (resolved:
+    a symlink into one counts as inside). With ``--sandbox off`` the agent's processes
+    run unconfined and can write wherever the user can: only the workspace is checked.
+    """
+    from flux_system import FluxSystemError
+    from flux_system.sandbox import load_profile
+
+    trees = [args.workspace]
+    # No profile: no sandbox, so no process at all (said by _sandbox).
+    with contextlib.suppress(FluxSystemError, TypeError, ValueError):
+        if args.sandbox != "off":
+            trees += load_profile(args.profile).read_write
+    return trees
 
 
 def _openai(args: argparse.Namespace, model: str, secrets: Any) -> Any:
@@ -208,7 +228,7 @@ def _main(args: argparse.Namespace) -> int:
                 else Unserved(f"this run (--sandbox {args.sandbox}: no sandbox available)"),
                 http=_agent_http(args),
             )
-            roots = [args.workspace]
+            roots = _writable_trees(args)
         closers.append(substrate)
         state = args.state or default_store_path()
         check_outside(state, roots)
@@ -216,7 +236,7 @@ def _main(args: argparse.Namespace) -> int:
         closers.append(store)
         evidence_path = args.evidence or os.path.join(os.path.dirname(state), "evidence.jsonl")
         if roots:
-            check_outside(evidence_path, roots)
+            check_outside(evidence_path, roots, "evidence log")
         log = EvidenceLog.open(evidence_path)
         closers.append(log)
     except (FluxSystemError, EnvelopeError, EvidenceError, OSError) as exc:
