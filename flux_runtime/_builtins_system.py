@@ -19,14 +19,45 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from flux_runtime._catalog import Operation, Result, Risk
+from flux_runtime._errors import EnvelopeError, EnvelopeReason
 from flux_runtime._git import git_read
 
 if typing.TYPE_CHECKING:
-    from flux_system.port import Substrate
+    from flux_system.port import HttpResult, Substrate
 
-__all__ = ["system_operations"]
+__all__ = ["HTTP_BODY_CAP", "capped_body", "system_operations"]
 
 _VIEW_CAP = 64 * 1024
+# Bytes of response body one ``http.request`` / ``web.fetch`` takes. ``flux run`` and
+# ``flux serve`` build their guarded clients with it as ``max_body`` (the client stops
+# reading there), and it fits one remote frame (8 MiB) after base64.
+HTTP_BODY_CAP = 4 << 20
+
+
+def capped_body(op: str, url: str, r: HttpResult) -> bytes:
+    """The body of *r*, or a typed refusal when it is larger than the cap.
+
+    A body the serving side cut (``truncated``: its client's ``max_body``, which may
+    be smaller) or one longer than :data:`HTTP_BODY_CAP` is refused, never passed on
+    as if whole.
+
+    Raises:
+        EnvelopeError: ``TOO_LARGE`` naming the host and the cap.
+    """
+    if not r.truncated and len(r.body) <= HTTP_BODY_CAP:
+        return r.body
+    cap = min(len(r.body), HTTP_BODY_CAP) if r.truncated else HTTP_BODY_CAP
+    host = urlsplit(r.url or url).hostname or "?"
+    return _too_large(op, host, cap)
+
+
+def _too_large(op: str, host: str, cap: int) -> typing.NoReturn:
+    raise EnvelopeError(
+        f"the response from {host} is larger than the {cap}-byte body cap",
+        op=op,
+        reason=EnvelopeReason.TOO_LARGE,
+        target=host,
+    )
 
 
 def _obj(props: dict[str, Any], required: list[str]) -> dict[str, Any]:
@@ -81,7 +112,7 @@ def _http(s: Substrate, inp: Mapping[str, Any]) -> Result:
         body=body.encode("utf-8") if body is not None else None,
         timeout=float(inp.get("timeout", 30)),
     )
-    text = r.body.decode("utf-8", "replace")
+    text = capped_body("http.request", inp["url"], r).decode("utf-8", "replace")
     content = {
         "status": r.status,
         "url": r.url,

@@ -159,11 +159,17 @@ def _agent_http(args: argparse.Namespace) -> Any:
     at all is the policy's and the approver's decision (the default policy asks
     before each one).
     """
-    from flux_system.net import PrivateNetAllow, guarded_client
+    from flux_runtime._builtins_system import HTTP_BODY_CAP
+    from flux_system.net import PrivateNetAllow, RequestLimits, guarded_client
     from flux_system.port import GuardedHttp
 
     grants = PrivateNetAllow(hosts=tuple(args.allow_host), cidrs=tuple(args.allow_private))
-    return GuardedHttp(guarded_client(allow=grants, ports={80, 443, *args.allow_port}))
+    client = guarded_client(
+        allow=grants,
+        ports={80, 443, *args.allow_port},
+        limits=RequestLimits(max_body=HTTP_BODY_CAP),  # read no further than the cap
+    )
+    return GuardedHttp(client)
 
 
 def _main(args: argparse.Namespace) -> int:
