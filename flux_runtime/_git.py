@@ -21,11 +21,13 @@ rewriting the index (the reads are side-effect free by metadata); submodules are
 ignored (their own config is not enumerated). Hooks: status, diff and log run none;
 ``core.hooksPath`` is pointed at ``/dev/null`` anyway. ``core.sshCommand``,
 ``credential.helper`` and the like are used by network commands only, never by these.
+``git`` itself is found on :data:`SYSTEM_PATH` only (``PATH`` replaced for both
+invocations), never on a ``PATH`` entry the agent could write.
 
 Guarantee: a driver name ``git -c`` cannot override (one holding ``=`` or a newline)
 refuses the operation (``OPERATION_FAILED``) rather than running git.
-Not guaranteed: a git binary that is not git (the sandbox's ``git`` is whatever its
-``PATH`` holds), or config changed between the two invocations by a concurrent writer
+Not guaranteed: a git installed elsewhere (not found: the operation fails), or config
+changed between the two invocations by a concurrent writer
 (the agent has none: no process it starts outlives its ``proc.run``).
 """
 
@@ -49,6 +51,11 @@ _SAFE = (
 )
 _NO_DRIVERS = ("--no-ext-diff", "--no-textconv")
 _LIST = ("git", "config", "-z", "--name-only", "--get-regexp", r"^filter\.")
+# git is looked up on the system's own directories only: a PATH entry inside the
+# workspace (direnv's ``PATH_add bin``) would let the agent plant a ``git`` that these
+# approval-free reads run.
+SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
+_ENV = {"PATH": SYSTEM_PATH}
 _EMPTIED = ("clean=", "smudge=", "process=", "required=false")
 _VIEW_CAP = 64 * 1024
 
@@ -80,7 +87,7 @@ def git_read(*args: str) -> Any:
     """The handler of one fixed-argv git read (module docstring)."""
 
     def handler(s: Substrate, inp: Mapping[str, Any]) -> Result:
-        listed = s.processes.run(list(_LIST), timeout=60.0)
+        listed = s.processes.run(list(_LIST), env=_ENV, timeout=60.0)
         if listed.exit_code not in (0, 1):  # 1: no filter configured
             raise _refuse(args[0], f"git config failed (exit {listed.exit_code})")
         extra = ["-n", str(inp.get("count", 10))] if args[0] == "log" else []
@@ -89,7 +96,7 @@ def git_read(*args: str) -> Any:
         if args[0] in ("status", "diff"):
             extra.append("--ignore-submodules=all")
         argv = ["git", *_SAFE, *filter_overrides(listed.stdout_text, args[0]), *args, *extra]
-        r = s.processes.run(argv, timeout=60.0)
+        r = s.processes.run(argv, env=_ENV, timeout=60.0)
         out, err = r.stdout_text, r.stderr_text
         content = {"argv": argv, "exit_code": r.exit_code, "stdout": out, "stderr": err}
         view = f"exit {r.exit_code}\n{out[:_VIEW_CAP]}" + (

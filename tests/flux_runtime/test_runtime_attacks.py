@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from flux_runtime import ApprovalRequest, Call, Context, EnvelopeReason
-from tests.flux_runtime._runtime import rig
+from tests.flux_runtime._runtime import PERMISSIVE, rig
 
 DENY_SECRETS = """
 version = 1
@@ -263,3 +263,27 @@ def test_git_reads_refuse_a_filter_name_they_cannot_override(tmp_path: Path) -> 
         assert not out.ok and out.reason is EnvelopeReason.OPERATION_FAILED
         assert "cannot override" in out.view
         assert not (ws / "eq_out").exists()
+
+
+def test_git_reads_do_not_run_a_git_planted_on_the_path(tmp_path: Path, monkeypatch: Any) -> None:
+    # A PATH entry inside the workspace (direnv's PATH_add bin) made the approval-free
+    # git reads run whatever the agent wrote as bin/git.
+    import os
+    import subprocess
+
+    ws = tmp_path / "ws"
+    (ws / "bin").mkdir(parents=True)
+    fake = ws / "bin" / "git"
+    fake.write_text(f"#!/bin/sh\necho planted > {ws}/planted_out\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{ws / 'bin'}:{os.environ['PATH']}")
+    with rig(tmp_path, policy=PERMISSIVE) as r:
+        subprocess.run(["git", "-C", str(ws), "init", "-q"], check=True, env={"PATH": "/usr/bin"})
+        # Positive control: a process started with that PATH runs the planted git.
+        ran = r.executor.dispatch(Call("proc.run", {"argv": ["git", "status"]}), _ctx())
+        assert ran.ok and (ws / "planted_out").exists()
+        (ws / "planted_out").unlink()
+        for op in ("git_status", "git_diff", "git_log"):
+            out = r.executor.dispatch(Call(op, {}), _ctx())
+            assert out.ok, out
+            assert not (ws / "planted_out").exists(), op
