@@ -80,7 +80,9 @@ def register(subparsers: Any) -> None:
 
 
 def _err(msg: str) -> None:
-    print(f"flux run: {msg}", file=sys.stderr)
+    from flux_runtime.cli._text import shown_text
+
+    print(f"flux run: {shown_text(msg)}", file=sys.stderr)
 
 
 def _sandbox(args: argparse.Namespace, ws: Any) -> Any:
@@ -190,6 +192,7 @@ def _main(args: argparse.Namespace) -> int:
         default_store_path,
     )
     from flux_runtime._session import check_outside
+    from flux_runtime.cli._text import shown_text
     from flux_secret import Redactor, SecretError, SecretResolver
     from flux_system import FluxSystemError, Workspace
     from flux_system.port import Substrate, Unserved
@@ -288,12 +291,12 @@ def _main(args: argparse.Namespace) -> int:
     print(f"flux run: session {result.session}: {result.status}", file=sys.stderr)
     for o in result.outcomes:
         mark = "ok" if o.get("ok") else f"FAILED ({o.get('reason')}): {o.get('error') or ''}"[:300]
-        print(f"  {o.get('op')}: {mark}", file=sys.stderr)
+        print(shown_text(f"  {o.get('op')}: {mark}"), file=sys.stderr)
     if result.status == "done":
-        print(result.answer or "")
+        print(shown_text(result.answer or ""))
         return EXIT_DONE
     if result.status == "suspended":
-        print(result.question or "")
+        print(shown_text(result.question or ""))
         print(
             f"flux run: answer with: flux run --model {args.model} --resume {result.session} "
             '"ANSWER"',

