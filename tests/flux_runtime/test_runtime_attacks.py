@@ -341,3 +341,39 @@ def test_flux_run_prints_no_control_sequence_from_the_model(tmp_path: Path) -> N
     assert "all good" in out and "second line\tend" in out  # the answer was printed
     assert "\x1b" not in out and "\x07" not in out
     assert "\\x1b]52;c;" in out
+
+
+def test_the_default_policy_denies_writes_to_the_sandboxs_protected_paths(
+    tmp_path: Path,
+) -> None:
+    # A process cannot change .git/config or .envrc, approved or not; a file operation
+    # could, with one approval of a prompt that looked like any other write — and git,
+    # direnv, the editor then run what it wrote, outside the sandbox.
+    import datetime as dt
+    import os
+
+    from flux_policy import Effect, IndexedEvaluator, Request
+    from flux_runtime import ScriptedApprover, default_policy
+    from flux_system.sandbox._protected import BUILTIN_PROTECTED
+
+    evaluator = IndexedEvaluator(default_policy())
+    now = dt.datetime.now(dt.UTC)
+    for name in BUILTIN_PROTECTED:  # the policy's list is the sandbox's
+        for where in (name, f"{name}/x", f"sub/{name}"):
+            for action in ("write", "append", "edit", "patch", "remove"):
+                d = evaluator.evaluate(Request("agent", action, f"workspace/{where}", now=now))
+                assert d.effect is Effect.DENY, (action, where)
+        d = evaluator.evaluate(Request("agent", "read", f"workspace/{name}", now=now))
+        assert d.effect is Effect.ALLOW, name  # reading them stays allowed
+    with rig(tmp_path) as r:
+        (r.root / ".git").mkdir()
+        (r.root / ".envrc").write_text("orig\n")
+        os.symlink(".envrc", r.root / "notes.txt")
+        yes = Context("s1", "agent", approver=ScriptedApprover([True] * 10))
+        ok = r.executor.dispatch(Call("write", {"path": "plain.md", "content": "x"}), yes)
+        assert ok.ok  # positive control: an approved write runs
+        for path in (".git/config", ".git/hooks/pre-commit", ".envrc", "notes.txt"):
+            out = r.executor.dispatch(Call("write", {"path": path, "content": "evil"}), yes)
+            assert not out.ok and out.reason is EnvelopeReason.POLICY_DENIED, path
+        assert (r.root / ".envrc").read_text() == "orig\n"
+        assert not (r.root / ".git" / "config").exists()
