@@ -10,8 +10,17 @@ with the policy digest.
 
 Guarantee: :meth:`Executor.dispatch` never runs a handler before all of the above
 passed, and returns an :class:`Outcome` for every call (it raises only when evidence
-cannot be written — then nothing more should run). Not guaranteed: that the far side
-of a remote substrate did what it reported.
+cannot be written — then nothing more should run). A workspace path is decided on the
+name given and on where it resolves beneath the root (:mod:`._targets`); an input the
+evidence log cannot hold (not JSON, NaN, a huge integer, a lone surrogate, nested past
+64) is refused before anything runs and recorded as refused; a lone surrogate in a
+result or error is escaped. Redaction covers a registered secret raw and in the
+encodings flux_secret lists (base64, hex, JSON/``repr`` escapes, percent-encoding,
+entities).
+Not guaranteed: that the far side of a remote substrate did what it reported; that a
+*transformed* secret (reversed, split, case-changed, base32, wrapped base64, compressed)
+is redacted (decision 0108); a decision's hold against a concurrent third-party writer
+of the workspace between decision and operation (decision 0106).
 """
 
 from __future__ import annotations
