@@ -186,6 +186,9 @@ class Executor:
         self.substrate, self.catalog, self.redactor = substrate, catalog, redactor
         self.policy_digest = policy_digest
         self._evaluator, self.evidence, self._secrets = evaluator, evidence, secrets
+        # Each root's physical path (flux_runtime._targets), for the files port it was
+        # taken from: a substrate replaced on this executor starts afresh.
+        self._roots: tuple[object, dict[str, str]] = (None, {})
 
     # -- the pipeline ------------------------------------------------------------
     def dispatch(self, call: Call, ctx: Context) -> Outcome:
@@ -225,7 +228,7 @@ class Executor:
                     reason=EnvelopeReason.POLICY_DENIED,
                 )
             self._approve(op, inp, ctx, decision, record)
-            roots: dict[str, str] = {}
+            roots = self._kept_roots()
             gate = WALK_GATE.set(lambda name: self._allows(op, name, ctx, roots))
             try:
                 result = op.handler(self.substrate, self._resolve(op, inp))
@@ -289,12 +292,18 @@ class Executor:
         d = evaluate(Request(ctx.caller, op.name, target, trust=ctx.trust, now=now))
         return d.effect is Effect.ALLOW
 
+    def _kept_roots(self) -> dict[str, str]:
+        files = self.substrate.files
+        if self._roots[0] is not files:
+            self._roots = (files, {})
+        return self._roots[1]
+
     def _targets(self, op: Operation, inp: Mapping[str, Any], names: list[str]) -> list[str]:
         """Where each workspace path *op* names resolves, beyond *names* (the names it
         declares): the policy decides on both (flux_runtime._targets)."""
         if op.paths is None:
             return []
-        files, roots = self.substrate.files, dict[str, str]()
+        files, roots = self.substrate.files, self._kept_roots()
         writes = "write" in op.effects
         follow: Follow = "name" if op.follow == "name" else "target"
         out: list[str] = []

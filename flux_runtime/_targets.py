@@ -22,6 +22,8 @@ resolved by string manipulation on this side. Per path kind (:data:`Follow`):
 Guarantee: inside :meth:`Executor.dispatch`, no file operation runs unless the policy
 allows it on the name given and on the name every given path resolves to at decision
 time; the walking operations hold each file they look at to the same two checks.
+Each root's own resolution is kept by the executor; a path resolving outside the kept
+one resolves the root again before it is refused.
 Not guaranteed: race-freedom against a *concurrent* writer of the workspace between
 the decision and the operation (docs/decisions/0106-symlinks-decided-on-their-target.md:
 the agent has none — no process it starts outlives its ``proc.run`` — but a third party
@@ -94,22 +96,37 @@ def resolved_resource(
     files: typing.Any, op: str, path: str, follow: Follow, *, writes: bool, roots: dict[str, str]
 ) -> str:
     """The policy resource (``workspace/<name>``) of where *path* leads (module
-    docstring); *roots* caches each root's resolution for one decision."""
+    docstring). *roots* keeps each root's resolution (an executor keeps it across
+    calls): a result outside the kept one resolves the root again before refusing, so
+    a root moved meanwhile is followed, never decided on by a stale name."""
     if not callable(getattr(files, "resolve", None)):
         raise _fail(op, path, "the substrate cannot resolve paths (symlinks not decidable)")
     root = _root_of(path)
+    where = _where(files, op, path, follow, writes)
     base = roots.get(root)
-    if base is None:
+    rel = None if base is None else _beneath(where, base)
+    if rel is None:
         base = roots[root] = _resolve(files, root)
+        rel = _beneath(where, base)
+        if rel is None:
+            raise _fail(op, path, "resolves outside its root")
+    prefix = "workspace" if root == "." else f"workspace/{root}"
+    return prefix if not rel else f"{prefix}/{rel}"
+
+
+def _beneath(where: str, base: str) -> str | None:
+    """*where* relative to *base* (``""`` for *base* itself), or ``None`` when outside."""
+    if where == base:
+        return ""
+    head = base if base.endswith("/") else base + "/"
+    return where[len(head) :] if where.startswith(head) else None
+
+
+def _where(files: typing.Any, op: str, path: str, follow: Follow, writes: bool) -> str:
     if follow == "name":
         parent, name = posixpath.split(path.rstrip("/"))
-        where = posixpath.join(_existing(files, parent or "."), name)
-    else:
-        where = _existing(files, path)
-        if writes and _dangling(files, path):
-            raise _fail(op, path, "a dangling symlink: its target cannot be decided on")
-    rel = posixpath.relpath(where, base)
-    if rel == ".." or rel.startswith("../"):
-        raise _fail(op, path, "resolves outside its root")
-    prefix = "workspace" if root == "." else f"workspace/{root}"
-    return prefix if rel == "." else f"{prefix}/{rel}"
+        return posixpath.join(_existing(files, parent or "."), name)
+    where = _existing(files, path)
+    if writes and _dangling(files, path):
+        raise _fail(op, path, "a dangling symlink: its target cannot be decided on")
+    return where
