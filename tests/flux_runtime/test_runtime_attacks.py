@@ -377,3 +377,33 @@ def test_the_default_policy_denies_writes_to_the_sandboxs_protected_paths(
             assert not out.ok and out.reason is EnvelopeReason.POLICY_DENIED, path
         assert (r.root / ".envrc").read_text() == "orig\n"
         assert not (r.root / ".git" / "config").exists()
+
+
+def test_one_reply_cannot_carry_unbounded_calls_nor_a_batch_unbounded_actions(
+    tmp_path: Path,
+) -> None:
+    # The iteration bound counts replies: one reply of 100,000 calls ran (and recorded)
+    # each of them, and one approval prompt could hold any number of actions.
+    from flux_runtime import ScriptedApprover
+    from flux_runtime._loop import MAX_BATCH, MAX_CALLS_PER_REPLY
+    from tests.flux_runtime._runtime import DONE, answer, calls, intent
+
+    with rig(tmp_path) as r:
+        full = calls(*[("now", {})] * MAX_CALLS_PER_REPLY)
+        ok = r.turn([intent("inspect"), full, DONE, answer()]).start("t")
+        assert ok.status == "done"  # positive control: a full reply runs
+        assert sum(1 for o in r.ops() if o["op"] == "now") == MAX_CALLS_PER_REPLY
+        before = len(r.ops())
+        over = calls(*[("now", {})] * (MAX_CALLS_PER_REPLY + 1))
+        out = r.turn([intent("inspect"), over, DONE, answer()]).start("t")
+        assert out.status == "failed" and out.error is not None
+        assert out.error.reason is EnvelopeReason.BAD_STAGE_OUTPUT
+        assert len(r.ops()) == before  # none of them ran
+        writes = [("write", {"path": f"f{i}.txt", "content": "x"}) for i in range(50)]
+        third = [("write", {"path": "g.txt", "content": "x"})]
+        replies = [intent(), calls(*writes), calls(*writes), calls(*third), DONE, answer()]
+        approver = ScriptedApprover([True])
+        big = r.turn(replies, approver).start("t")
+        assert big.status == "failed" and big.error is not None
+        assert f"at most {MAX_BATCH}" in str(big.error)
+        assert approver.seen == [] and not (r.root / "f0.txt").exists()
