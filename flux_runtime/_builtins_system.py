@@ -28,6 +28,9 @@ if typing.TYPE_CHECKING:
 __all__ = ["HTTP_BODY_CAP", "capped_body", "system_operations"]
 
 _VIEW_CAP = 64 * 1024
+# A client that follows redirects would take a request to a host the policy never saw
+# (``allowed.example/r?to=denied.example``): ``flux run`` and ``flux serve`` build theirs
+# with ``follow_redirects=False``, and a redirect comes back with its ``location``.
 # Bytes of response body one ``http.request`` / ``web.fetch`` takes. ``flux run`` and
 # ``flux serve`` build their guarded clients with it as ``max_body`` (the client stops
 # reading there), and it fits one remote frame (8 MiB) after base64.
@@ -113,6 +116,7 @@ def _http(s: Substrate, inp: Mapping[str, Any]) -> Result:
         timeout=float(inp.get("timeout", 30)),
     )
     text = capped_body("http.request", inp["url"], r).decode("utf-8", "replace")
+    location = redirect_location(r)
     content = {
         "status": r.status,
         "url": r.url,
@@ -120,9 +124,22 @@ def _http(s: Substrate, inp: Mapping[str, Any]) -> Result:
         "truncated": r.truncated,
         "waited": r.waited,
         "retries": r.retries,
+        "location": location,
     }
     waited = f" (waited {r.waited:.1f}s over {r.retries} retries)" if r.retries else ""
-    return Result(content, f"HTTP {r.status}{waited}\n{text[:_VIEW_CAP]}")
+    moved = f" -> {location} (not followed: request it to go there)" if location else ""
+    return Result(content, f"HTTP {r.status}{waited}{moved}\n{text[:_VIEW_CAP]}")
+
+
+def redirect_location(r: HttpResult) -> str | None:
+    """The ``Location`` of a redirect answer (``flux run``'s client follows none: each
+    hop is a new request the policy decides on), else ``None``."""
+    if not 300 <= r.status < 400:
+        return None
+    for name, value in r.headers:
+        if name == "location":
+            return value[:8192]
+    return None
 
 
 def _host(inp: Mapping[str, Any]) -> list[str]:

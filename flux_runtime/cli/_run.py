@@ -157,7 +157,9 @@ def _agent_http(args: argparse.Namespace) -> Any:
     Every request crosses the egress guard of ``flux_system.net``: public addresses
     only, a private or internal one only when ``--allow-host`` / ``--allow-private``
     grant it (the grants the provider's traffic gets too), on ports 80 and 443 and
-    those ``--allow-port`` adds. Whether a request is made
+    those ``--allow-port`` adds. No redirect is followed: a 3xx comes back with its
+    ``location``, and going there is a new request the policy decides on. Whether a
+    request is made
     at all is the policy's and the approver's decision (the default policy asks
     before each one).
     """
@@ -170,6 +172,7 @@ def _agent_http(args: argparse.Namespace) -> Any:
         allow=grants,
         ports={80, 443, *args.allow_port},
         limits=RequestLimits(max_body=HTTP_BODY_CAP),  # read no further than the cap
+        follow_redirects=False,  # each hop a new request, decided by the policy
     )
     return GuardedHttp(client)
 

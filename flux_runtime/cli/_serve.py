@@ -114,7 +114,8 @@ def _serve(args: argparse.Namespace) -> int:
         grants = PrivateNetAllow(hosts=tuple(args.allow_host), cidrs=tuple(args.allow_private))
         # The cap keeps a body inside one reply frame (base64: 4/3 of it, under 8 MiB).
         limits = RequestLimits(max_body=HTTP_BODY_CAP)
-        http = GuardedHttp(guarded_client(allow=grants, limits=limits))
+        # No redirect followed: the client's policy decides on each host (a new request).
+        http = GuardedHttp(guarded_client(allow=grants, limits=limits, follow_redirects=False))
     from flux_system.port import local_identity
 
     config = ServerConfig(
