@@ -83,6 +83,8 @@ def _bare_bwrap(system: System, *, wait_init: bool = False) -> Callable[[], obje
                 os.close(iw)
                 iw = -1
                 reap_init(ir, None)
+            else:
+                _reap_orphans()
             return done
         finally:
             os.close(afd)
@@ -92,6 +94,24 @@ def _bare_bwrap(system: System, *, wait_init: bool = False) -> Callable[[], obje
                     os.close(fd)
 
     return run
+
+
+def _reap_orphans() -> None:
+    """Reap the zombies re-parented to this process (bwrap's init, once bwrap exited).
+
+    ``System`` makes this process a child subreaper, so the init of every bare run
+    would pile up here as a zombie child — which a plain ``subprocess.run`` user, not a
+    subreaper, never holds — and every later ``System.run``, which looks at this
+    process's children for tree members, would pay for the pile: a baseline must not
+    slow its candidate down. Only runs between calls, when no ``System`` child exists.
+    """
+    while True:
+        try:
+            found = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG)
+        except ChildProcessError:
+            return
+        if found is None:
+            return
 
 
 def _flux_exec() -> str | None:

@@ -145,6 +145,7 @@ def run(args: argparse.Namespace) -> int:
     except UsageError as exc:
         _say(str(exc))
         return EXIT_USAGE
+    System.warm_up()  # the first spawn's cgroup, made while the sandbox is resolved
     outcome = Outcome(command=opts.argv[0], stdin_mode=opts.stdin_mode)
     report_at = ""
     if opts.report is not None:  # resolved now: the run may change what its path names

@@ -37,6 +37,7 @@ __all__ = [
     "process_limit_available",
     "remove_leftovers",
     "remove_tree",
+    "warm_up",
 ]
 
 POOL_MAX = 4  # empty cgroups one System keeps for reuse (each holds three or four fds)
@@ -193,6 +194,105 @@ def hierarchy_version() -> int | None:
     return version
 
 
+def _discard(base: _Base | None, lease: Lease | None) -> None:
+    if lease is not None:
+        lease.close_fds()
+        remove_tree(lease.path)
+    if base is not None:
+        _drop_base(base)
+
+
+def _new_lease(base: _Base) -> Lease | None:
+    """A new tree cgroup below *base* (v1: with its resident thread); ``None`` on error."""
+    name = f"t{next(_counter)}"
+    path = os.path.join(base.path, name)
+    try:
+        os.mkdir(path, 0o700)
+        lease = Lease(path, f"{base.proc}/{name}", base.version)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.rmdir(path)
+        return None
+    # v1: a thread of ours lives in it and forks its children (decision 0028); if it
+    # cannot enter, the spawning thread moves in around each fork instead.
+    with contextlib.suppress(OSError):
+        lease.settle_resident()
+    return lease
+
+
+@typing.final
+class _Warm:
+    """A tree cgroup made ahead, in the background, for this process's first tree."""
+
+    __slots__ = ("base", "claimed", "done", "lease", "pid")
+
+    def __init__(self) -> None:
+        self.claimed = False  # a pool asked for it (it goes to that pool or nowhere)
+        self.base: _Base | None = None
+        self.lease: Lease | None = None
+        self.done = threading.Event()
+        self.pid = os.getpid()
+
+    def make(self) -> None:
+        try:
+            base = _take_base()
+            if base is None:
+                return
+            lease = _new_lease(base)
+            if lease is None:
+                _drop_base(base)
+                return
+            self.base, self.lease = base, lease
+        finally:
+            self.done.set()
+
+    def discard(self) -> None:
+        """Remove what was made and not handed over (once :attr:`done`)."""
+        with _lock:
+            lease, base, self.lease, self.base = self.lease, self.base, None, None
+        _discard(base, lease)
+
+
+_warm: _Warm | None = None
+_WARM_WAIT_S = 5.0  # bound on waiting for the warm-up (one mkdir and one thread move)
+
+
+def warm_up() -> None:
+    """Start making this process's first tree cgroup in the background (decision 0029).
+
+    On cgroup v1 the first move of a thread into a cgroup after a quiet spell waits for
+    an RCU grace period (15-25 ms on an idle host, decision 0027); a program that
+    spawns soon after it starts (the ``flux exec`` command) can let that wait run while
+    it does other start-up work. The first :class:`CgroupPool` lease of this process
+    that finds no free cgroup takes what was made. Idempotent; does nothing without a
+    usable hierarchy. Guarantee: what no pool took is removed at interpreter exit (and
+    nothing is inherited by a forked child). Not guaranteed: that it finishes first —
+    the first acquire waits for it (bounded) or makes its own.
+    """
+    global _warm  # noqa: PLW0603 - one warm-up per process
+    with _lock:
+        if _warm is not None and _warm.pid == os.getpid():
+            return
+        warm = _warm = _Warm()
+    threading.Thread(target=warm.make, name="flux-cgroup-warm-up", daemon=True).start()
+
+
+def _take_warm() -> tuple[_Base, Lease] | None:
+    """The warm-up's base reference and lease, handed over once (its wait bounded)."""
+    with _lock:
+        warm = _warm
+        if warm is None or warm.pid != os.getpid() or warm.claimed:
+            return None
+        warm.claimed = True
+    if not warm.done.wait(_WARM_WAIT_S):
+        return None  # still running: the exit-time removal takes it
+    with _lock:
+        base, lease, warm.base, warm.lease = warm.base, warm.lease, None, None
+    if base is None or lease is None:
+        return None
+    return base, lease
+
+
 @typing.final
 class CgroupPool:
     """The cgroups of one ``System``'s trees: made on demand, reused when verifiably empty.
@@ -222,26 +322,33 @@ class CgroupPool:
             if self._free:
                 self._out += 1
                 return self._free.pop()
+        taken = _take_warm()
+        if taken is not None:
+            base: _Base | None = taken[0]
+            with self._lock:
+                closed = self._closed
+                if not closed:
+                    self._out += 1
+                    if self._base is None:
+                        self._base, base = base, None  # its reference becomes ours
+            if closed:
+                _discard(base, taken[1])
+                return None
+            if base is not None:
+                _drop_base(base)  # already ours: one reference is enough
+            return taken[1]
+        with self._lock:
+            if self._closed:
+                return None
             if self._base is None:
                 self._base = _take_base()
                 if self._base is None:
                     return None
             base = self._base
             self._out += 1
-        name = f"t{next(_counter)}"
-        path = os.path.join(base.path, name)
-        try:
-            os.mkdir(path, 0o700)
-            lease = Lease(path, f"{base.proc}/{name}", base.version)
-        except OSError:
-            with contextlib.suppress(OSError):
-                os.rmdir(path)
+        lease = _new_lease(base)
+        if lease is None:
             self._returned()
-            return None
-        # v1: a thread of ours lives in it and forks its children (decision 0028); if it
-        # cannot enter, the spawning thread moves in around each fork instead.
-        with contextlib.suppress(OSError):
-            lease.settle_resident()
         return lease
 
     def home(self) -> int:
@@ -308,9 +415,10 @@ def _after_fork_in_child() -> None:
     another thread held at the fork would stay held forever; the child's own trees
     get their own ``flux-<child pid>`` base, made on first use.
     """
-    global _lock, _base  # noqa: PLW0603 - process-wide state, reset once per fork
+    global _lock, _base, _warm  # noqa: PLW0603 - process-wide state, reset once per fork
     _lock = threading.Lock()
     _base = None
+    _warm = None
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
@@ -319,6 +427,9 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 @atexit.register
 def remove_leftovers() -> None:
     """At exit, after every System was closed: remove what is left of the base."""
+    warm = _warm
+    if warm is not None and warm.pid == os.getpid() and warm.done.wait(_WARM_WAIT_S):
+        warm.discard()  # made ahead and never taken
     base = _base
     if base is not None:
         remove_tree(base.path)

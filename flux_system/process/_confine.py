@@ -69,6 +69,9 @@ class Launch:
     tid: bytes | None = None
     started: Callable[[int], None] | None = None  # told the child's pid once it runs
     finish: Callable[[int], Denials] | None = None
+    # told once the leader exited, before the tree kill: reap a helper the confinement
+    # knows is ending (bwrap's init), so the kill finds the tree empty; never raises
+    exited: Callable[[], None] | None = None
     serial: threading.Lock | None = None  # held by the builder from cgroup entry to exit
     owned_fds: list[int] = field(default_factory=list)
 

@@ -121,6 +121,9 @@ class Session:
         if self.sp.stdin_fd is not None:
             self._close_stdin()
         self.forget(self.sp.pidfd)
+        launch = self.sp.launch
+        if launch is not None and launch.exited is not None:
+            launch.exited()
         self.sp.tree.kill(leader_exited=True)
         self._killed_after_exit = True
 

@@ -18,7 +18,7 @@ from flux_system._exceptions import (
     ProcessTimeoutError,
     SpawnError,
 )
-from flux_system.process._cgroup import CgroupPool, remove_leftovers
+from flux_system.process._cgroup import CgroupPool, remove_leftovers, warm_up
 from flux_system.process._child import ManagedChild
 from flux_system.process._confine import Confinement, SandboxLike
 from flux_system.process._drain import Capture, LineObserver
@@ -485,6 +485,19 @@ class System:
         return child
 
     # -- lifetime ------------------------------------------------------------------------
+
+    @staticmethod
+    def warm_up() -> None:
+        """Start making, in the background, the tree cgroup this process's first spawn
+        takes (decision 0029).
+
+        On cgroup v1 the first spawn of a process otherwise waits for an RCU grace
+        period (15-25 ms on an idle host) while its cgroup is set up; a program that
+        spawns soon after it starts can call this first and let that wait overlap its
+        other start-up work. Optional and idempotent; does nothing on a host without
+        usable cgroups. What no ``System`` takes is removed at interpreter exit.
+        """
+        warm_up()
 
     def close(self) -> None:
         """Kill every child still running (and its tree) and refuse new ones. Idempotent.

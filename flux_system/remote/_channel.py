@@ -12,6 +12,7 @@ import typing
 from urllib.parse import urlsplit
 
 from flux_system._exceptions import PortError, PortReason, UnreachableError
+from flux_system.remote._spin import SpinBudget
 
 __all__ = ["Channel", "FdChannel", "SocketChannel", "TlsChannel", "open_socket_channel"]
 
@@ -57,6 +58,7 @@ class SocketChannel:
         self._sock = sock
         self._poll = _poller(sock.fileno())
         self._buf = _RecvBuffer()
+        self._spin = SpinBudget()
 
     def send_all(self, data: bytes) -> None:
         try:
@@ -67,7 +69,7 @@ class SocketChannel:
     def recv(self, size: int) -> bytes:
         view = self._buf.view(size)
         try:
-            return bytes(view[: self._sock.recv_into(view)])
+            return bytes(view[: self._spin.recv_into(self._sock, view)])
         except BlockingIOError as exc:
             raise _timed_out(exc) from exc
 

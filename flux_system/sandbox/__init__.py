@@ -11,15 +11,10 @@ This subpackage imports :mod:`flux_system.process`, :mod:`flux_system.net`,
 
 from __future__ import annotations
 
+import importlib
+import typing
+
 from flux_system.process._confine import Denial, Denials
-from flux_system.sandbox._audit import (
-    AuditChange,
-    AuditRecord,
-    AuditReport,
-    ProtectedPathAudit,
-    audit_protected_paths,
-)
-from flux_system.sandbox._doctor import Check, Diagnosis, diagnose
 from flux_system.sandbox._profile import BUILTIN_PROFILES, Profile, load_profile
 from flux_system.sandbox._report import Guarantee, LayerStatus, SandboxReport
 from flux_system.sandbox._sandbox import Sandbox
@@ -45,3 +40,33 @@ __all__ = [
     "diagnose",
     "load_profile",
 ]
+
+if typing.TYPE_CHECKING:
+    from flux_system.sandbox._audit import (
+        AuditChange,
+        AuditRecord,
+        AuditReport,
+        ProtectedPathAudit,
+        audit_protected_paths,
+    )
+    from flux_system.sandbox._doctor import Check, Diagnosis, diagnose
+
+# Imported on first use: a sandboxed run needs neither the audit (only with
+# ``SandboxSettings(audit=True)`` or the Landlock backend) nor the doctor.
+_LAZY = {
+    **dict.fromkeys(
+        ("AuditChange", "AuditRecord", "AuditReport", "ProtectedPathAudit"),
+        "flux_system.sandbox._audit",
+    ),
+    "audit_protected_paths": "flux_system.sandbox._audit",
+    **dict.fromkeys(("Check", "Diagnosis", "diagnose"), "flux_system.sandbox._doctor"),
+}
+
+
+def __getattr__(name: str) -> object:
+    where = _LAZY.get(name)
+    if where is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(where), name)
+    globals()[name] = value
+    return value

@@ -248,6 +248,7 @@ class BwrapConfinement:
             owned.append(info_w)
             info = _InitInfo(info_r)
             launch.started = info.started
+            launch.exited = info.reap  # bwrap exited: its init is ending (reaped first)
             launch.finish = _finisher(info, extras, self._unobserved)
             if extras.proxy is not None:
                 child_env.update(extras.proxy.env)

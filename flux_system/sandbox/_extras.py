@@ -21,9 +21,9 @@ import contextlib
 import typing
 
 from flux_system.process._confine import Denial, Denials
-from flux_system.sandbox._audit import ProtectedPathAudit
 
 if typing.TYPE_CHECKING:
+    from flux_system.sandbox._audit import ProtectedPathAudit
     from flux_system.sandbox._proxy_run import ProxyRun
     from flux_system.sandbox._sandbox import Sandbox
 
@@ -48,6 +48,8 @@ class RunExtras:
         self._done = False
         try:
             if settings.audit and writable_roots:
+                from flux_system.sandbox._audit import ProtectedPathAudit  # only if asked
+
                 self._audit = ProtectedPathAudit(writable_roots, paths=protected)
             if sandbox.network == "proxy":
                 # Imported here: flux_system.net (httpx, dnspython) only when it is used.

@@ -135,7 +135,11 @@ def _trial(path: str) -> tuple[str | None, bool, str]:
     with (
         tempfile.TemporaryDirectory(prefix="flux-probe-") as tmp,
         Workspace(tmp) as ws,
-        System(ws, env_allowlist=()) as system,
+        # No cgroup: the trial is bwrap --as-pid-1 in a fresh pid namespace with
+        # --die-with-parent (the kernel ends all of it when its pid 1 exits), and on a
+        # v1 host a tree cgroup costs an RCU grace period (15-25 ms) on the first
+        # spawn (decision 0028) -- paid a second time by the System that follows.
+        System(ws, env_allowlist=(), _contain=False) as system,
     ):
         version = None
         argv = [path, "--unshare-all", "--die-with-parent", "--new-session", "--as-pid-1"]

@@ -214,3 +214,79 @@ def test_spawns_move_no_thread(
             assert os.path.dirname(path) == _base()  # the tree's own cgroup
             seen.add(path)
         assert len(seen) == 1  # the one pooled cgroup, reused
+
+
+# -- the warm-up (decision 0029) --------------------------------------------------------
+
+_WARM = (
+    "import os, sys, pathlib\n"
+    f"sys.path.insert(0, {REPO!r})\n"
+    "from tests.flux_system.process._process_support import make_ws\n"
+    "from flux_system import System\n"
+    "from flux_system.process import _cgroup\n"
+    "System.warm_up(); System.warm_up()\n"
+    "warm = _cgroup._warm\n"
+    "assert warm is not None and warm.done.wait(5)\n"
+    "assert _cgroup._warm is warm  # idempotent: one warm-up\n"
+)
+
+
+def test_warm_up_cgroup_is_the_first_trees_and_none_is_left(
+    tmp_path: Path, contained: None
+) -> None:
+    prefix, tag = _prefix_and_line()
+    tag = tag.removeprefix("^")
+    code = _WARM + (
+        "made = warm.lease.path\n"
+        "with System(make_ws(pathlib.Path('.'))) as s:\n"
+        "    first = s.run(['cat', '/proc/self/cgroup']).stdout_text\n"
+        "    second = s.run(['cat', '/proc/self/cgroup']).stdout_text\n"
+        "print(made)\n"
+        "print([l for l in first.splitlines() if '" + tag + "' in l][0].split(':')[-1])\n"
+        "print([l for l in second.splitlines() if '" + tag + "' in l][0].split(':')[-1])\n"
+        "print(os.path.exists(made), warm.lease is None)\n"
+    )
+    base = _base()
+    with System(make_ws(tmp_path)) as s:
+        result = s.run([PYTHON, "-c", code], timeout=60)
+        assert result.exit_code == 0, result.stderr_text
+        made, first, second, after = result.stdout_text.splitlines()
+        assert made == prefix + first  # the first tree ran in the cgroup made ahead
+        assert second == first  # given back to the pool and reused
+        assert after == "False True"  # removed with the System; handed over, not kept
+        assert _nested(base) == []
+    assert not os.path.exists(base)
+
+
+@pytest.mark.parametrize("wait", [True, False])
+def test_warm_up_never_taken_is_removed_at_exit(
+    tmp_path: Path, contained: None, wait: bool
+) -> None:
+    code = _WARM if wait else _WARM.split("warm = ", maxsplit=1)[0]  # False: exit at once
+    code += "print(os.getpid())\n"
+    base = _base()
+    with System(make_ws(tmp_path)) as s:
+        result = s.run([PYTHON, "-c", code], timeout=60)
+        assert result.exit_code == 0, result.stderr_text
+        pid = int(result.stdout_text)
+        mine = [d for d in _subdirs(base) if os.path.basename(d) == f"flux-{pid}"]
+        assert mine == [] and _nested(base) == []
+    assert not os.path.exists(base)
+
+
+def test_warm_up_is_not_inherited_by_a_forked_child(tmp_path: Path, contained: None) -> None:
+    code = _WARM + (
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    os._exit(0 if _cgroup._take_warm() is None and _cgroup._warm is None else 3)\n"
+        "_, status = os.waitpid(pid, 0)\n"
+        "taken = _cgroup._take_warm()\n"
+        "print(os.waitstatus_to_exitcode(status), taken is not None)\n"
+        "_cgroup._discard(*taken)\n"
+    )
+    base = _base()
+    with System(make_ws(tmp_path)) as s:
+        result = s.run([PYTHON, "-c", code], timeout=60)
+    assert result.exit_code == 0, result.stderr_text
+    assert result.stdout_text.split() == ["0", "True"]  # the parent still has it
+    assert _nested(base) == []

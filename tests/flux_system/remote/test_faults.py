@@ -172,6 +172,7 @@ def test_server_killed_mid_request(tmp_path: Path) -> None:
     server = subprocess.Popen(
         [PYTHON, "-c", child_server_code(tmp_path, sock)], stdout=subprocess.PIPE
     )
+    orphans: list[psutil.Process] = []
     try:
         assert server.stdout is not None
         assert server.stdout.readline().strip() == b"ready"
@@ -189,11 +190,14 @@ def test_server_killed_mid_request(tmp_path: Path) -> None:
         # Wait until the server really started the child (a sleep among its children).
         me = psutil.Process(server.pid)
         for _ in range(3000):
-            if any(p.name() == "sleep" for p in me.children(recursive=True)):
+            orphans = [p for p in me.children(recursive=True) if p.name() == "sleep"]
+            if orphans:
                 break
             time.sleep(0.01)
         else:
             pytest.fail("the server never started the child")
+        # A SIGKILLed server cannot end its unsandboxed children (no code of it runs):
+        # they are this test's to remove, in the finally below.
         server.send_signal(signal.SIGKILL)
         t.join(60)
         assert len(outcome) == 1 and isinstance(outcome[0], UnknownOutcomeError), outcome
@@ -206,6 +210,10 @@ def test_server_killed_mid_request(tmp_path: Path) -> None:
         server.wait(30)
         assert server.stdout is not None
         server.stdout.close()
+        for orphan in orphans:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                orphan.kill()
+        psutil.wait_procs(orphans, timeout=10)
 
 
 def test_lost_read_is_unreachable_and_lost_mutation_unknown(tmp_path: Path) -> None:

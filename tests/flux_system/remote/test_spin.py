@@ -1,0 +1,155 @@
+"""The adaptive receive polling of the port's socket channel (decision 0093).
+
+Real socket pairs; the clock is injected so that the polling policy — when a receive
+polls, for how long, and that an idle connection never does — is checked without
+depending on how fast this host is.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+
+import pytest
+
+from flux_system.remote._channel import SocketChannel
+from flux_system.remote._spin import MAX_SPIN_S, SPIN_AFTER_S, SpinBudget
+
+
+class _Clock:
+    """A clock that advances by *step* every time it is read, and counts the reads."""
+
+    def __init__(self, step: float) -> None:
+        self.now = 0.0
+        self.step = step
+        self.reads = 0
+
+    def __call__(self) -> float:
+        self.reads += 1
+        self.now += self.step
+        return self.now
+
+
+def _pair() -> tuple[socket.socket, socket.socket]:
+    a, b = socket.socketpair()
+    return a, b
+
+
+def test_a_fresh_budget_blocks_at_once_and_receives() -> None:
+    a, b = _pair()
+    with a, b:
+        clock = _Clock(step=0.0)
+        spin = SpinBudget(clock)
+        b.sendall(b"hello")
+        view = memoryview(bytearray(16))
+        assert spin.recv_into(a, view) == 5
+        assert bytes(view[:5]) == b"hello"
+        assert clock.reads == 2  # start and end: no poll loop ran
+
+
+def test_a_quick_receive_arms_polling_and_a_slow_one_disarms_it() -> None:
+    a, b = _pair()
+    with a, b:
+        clock = _Clock(step=0.0)
+        spin = SpinBudget(clock)
+        view = memoryview(bytearray(16))
+        b.sendall(b"x")
+        spin.recv_into(a, view)
+        assert spin.budget_s == MAX_SPIN_S
+        clock.step = SPIN_AFTER_S  # every clock read now looks like a long wait
+        b.sendall(b"y")
+        spin.recv_into(a, view)
+        assert spin.budget_s == 0.0
+
+
+def test_polling_gives_up_after_its_budget_then_blocks_for_the_data() -> None:
+    a, b = _pair()
+    with a, b:
+        spin = SpinBudget()
+        view = memoryview(bytearray(16))
+        b.sendall(b"x")
+        spin.recv_into(a, view)
+        assert spin.budget_s == MAX_SPIN_S
+        # Nothing is sent for far longer than the budget: the poll must fall back to
+        # a blocking receive (a poll that never ended would hang here, not pass).
+        timer = threading.Timer(0.05, b.sendall, args=(b"late",))
+        timer.start()
+        try:
+            assert bytes(view[: spin.recv_into(a, view)]) == b"late"
+        finally:
+            timer.join()
+        assert spin.budget_s == 0.0  # the wait was long: the next receive blocks
+
+
+def test_the_poll_loop_is_bounded_by_the_budget() -> None:
+    a, b = _pair()
+    with a, b:
+        clock = _Clock(step=0.0)
+        spin = SpinBudget(clock)
+        view = memoryview(bytearray(16))
+        b.sendall(b"x")
+        spin.recv_into(a, view)  # armed
+        clock.step = MAX_SPIN_S / 10
+        timer = threading.Timer(0.05, b.sendall, args=(b"z",))
+        timer.start()
+        try:
+            spin.recv_into(a, view)
+        finally:
+            timer.join()
+        # start, ten or eleven polls reading the clock, then the blocking receive's end
+        assert clock.reads <= 14
+
+
+def test_the_kernel_timeout_still_applies_after_polling() -> None:
+    a, b = _pair()
+    with a, b:
+        a.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", 0, 50_000))
+        channel = SocketChannel(a)
+        b.sendall(b"x")
+        assert channel.recv(16) == b"x"  # armed: the next receive polls first
+        with pytest.raises(TimeoutError):
+            channel.recv(16)
+
+
+def test_eof_is_seen_by_a_polling_receive() -> None:
+    a, b = _pair()
+    with a:
+        spin = SpinBudget()
+        view = memoryview(bytearray(16))
+        b.sendall(b"x")
+        spin.recv_into(a, view)
+        assert spin.budget_s == MAX_SPIN_S
+        b.close()
+        assert spin.recv_into(a, view) == 0
+
+
+def _reads_while_waiting(spin: SpinBudget, a: socket.socket, b: socket.socket) -> int:
+    """Arm *spin*, then receive data sent 50 ms later; how often the clock was read."""
+    view = memoryview(bytearray(16))
+    spin._clock = _Clock(step=0.0)
+    b.sendall(b"x")
+    spin.recv_into(a, view)
+    assert spin.budget_s == MAX_SPIN_S
+    clock = _Clock(step=0.0)  # a poll never runs out of budget on this clock
+    spin._clock = clock
+    timer = threading.Timer(0.05, b.sendall, args=(b"y",))
+    timer.start()
+    try:
+        assert bytes(view[: spin.recv_into(a, view)]) == b"y"
+    finally:
+        timer.join()
+    return clock.reads
+
+
+def test_only_one_thread_polls_at_a_time() -> None:
+    from flux_system.remote import _spin
+
+    a, b = _pair()
+    with a, b:
+        assert _reads_while_waiting(SpinBudget(), a, b) > 2  # control: it polled
+        assert _spin._POLLING.acquire(blocking=False)  # as if another thread polled
+        try:
+            assert _reads_while_waiting(SpinBudget(), a, b) == 2  # it blocked at once
+        finally:
+            _spin._POLLING.release()
