@@ -407,3 +407,39 @@ def test_one_reply_cannot_carry_unbounded_calls_nor_a_batch_unbounded_actions(
         assert big.status == "failed" and big.error is not None
         assert f"at most {MAX_BATCH}" in str(big.error)
         assert approver.seen == [] and not (r.root / "f0.txt").exists()
+
+
+def test_git_log_runs_no_gpg_program_the_repository_configures(tmp_path: Path) -> None:
+    import subprocess
+
+    with rig(tmp_path) as r:
+        ws = r.root
+        git = _repo(ws)
+        tree = subprocess.run(
+            ["git", "-C", str(ws), "rev-parse", "HEAD^{tree}"], capture_output=True, text=True
+        ).stdout.strip()
+        signed = (
+            f"tree {tree}\nauthor t <t@t> 1700000000 +0000\n"
+            "committer t <t@t> 1700000000 +0000\n"
+            "gpgsig -----BEGIN PGP SIGNATURE-----\n \n AAAA\n -----END PGP SIGNATURE-----\n"
+            "\nsigned\n"
+        )
+        (tmp_path / "c.txt").write_text(signed)
+        commit = subprocess.run(
+            ["git", "-C", str(ws), "hash-object", "-t", "commit", "-w", str(tmp_path / "c.txt")],
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        git("update-ref", "HEAD", commit)
+        gpg = tmp_path / "gpg"
+        gpg.write_text(f"#!/bin/sh\necho ran > {ws}/gpg_out\n")
+        gpg.chmod(0o755)
+        git("config", "gpg.program", str(gpg))
+        git("config", "log.showSignature", "true")
+        # Positive control: plain git log verifies the signature with that program.
+        subprocess.run(["git", "-C", str(ws), "log", "-n", "1"], capture_output=True)
+        assert (ws / "gpg_out").exists()
+        (ws / "gpg_out").unlink()
+        out = r.executor.dispatch(Call("git_log", {}), _ctx())
+        assert out.ok and "signed" in out.view, out
+        assert not (ws / "gpg_out").exists()
