@@ -3,7 +3,8 @@
 unknown operation refused → input validated against the schema → ``flux_policy``
 decision for every resource the call touches → approval when the decision or the risk
 requires it (destructive always asks; only an explicit yes approves; a consumed batch
-receipt counts as the explicit yes for the actions it covers) → ``secret:`` references
+receipt counts as the explicit yes for the actions it covers, each once, and only for a
+batch :meth:`Executor.admit` was given) → ``secret:`` references
 resolved (registered with the redactor first) → guarded IO through the substrate's
 ports → both result faces and any error redacted → one evidence record per outcome,
 with the policy digest.
@@ -27,7 +28,6 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import math
 import posixpath
 import re
 import typing
@@ -37,9 +37,12 @@ from typing import Any
 
 from flux_policy import Decision, Effect, Request
 from flux_runtime._approval import ApprovalRequest, Approver, HeadlessApprover, ask
+from flux_runtime._batch import Action, ActionBatch
 from flux_runtime._catalog import Catalog, Operation, Result, Risk
 from flux_runtime._errors import EnvelopeError, EnvelopeReason
 from flux_runtime._gate import WALK_GATE
+from flux_runtime._recordable import text as _text
+from flux_runtime._recordable import unrecordable
 from flux_runtime._targets import Follow, resolved_resource
 from flux_secret import Redactor, SecretError, SecretResolver
 
@@ -107,68 +110,6 @@ class Outcome:
         }
 
 
-_MAX_INPUT_DEPTH = 64  # an input nested deeper cannot be recorded whole (evidence: 128)
-_MAX_INT_BITS = 13_000  # ~3,900 decimal digits: below the interpreter's str limit (4,300)
-
-
-def _leaf(value: object) -> str | None:
-    """Why the non-container *value* cannot be recorded, or ``None``."""
-    if value is None or isinstance(value, bool):
-        return None
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return "holds a string that is not valid Unicode text (a lone surrogate)"
-        return None
-    if isinstance(value, int):
-        return None if value.bit_length() <= _MAX_INT_BITS else "holds an integer too large"
-    if isinstance(value, float):
-        return None if math.isfinite(value) else "holds a number that is not finite"
-    return f"holds a {type(value).__name__}, which is not JSON"
-
-
-def unrecordable(value: object, depth: int = 0) -> str | None:
-    """Why *value* cannot be an evidence record's input, or ``None`` when it can.
-
-    Refused up front (``INVALID_INPUT``) rather than failing the evidence append after
-    the handler ran: anything but JSON (``None``, bool, int, float, str, list/tuple,
-    a mapping with ``str`` keys), nesting deeper than :data:`_MAX_INPUT_DEPTH`, a
-    string that is not valid Unicode text (a lone surrogate), NaN or an infinity, an
-    integer past :data:`_MAX_INT_BITS` bits.
-    """
-    if depth > _MAX_INPUT_DEPTH:
-        return f"nests deeper than {_MAX_INPUT_DEPTH}"
-    if isinstance(value, Mapping):
-        for key, item in value.items():
-            if not isinstance(key, str):
-                return f"has a {type(key).__name__} key (object keys are strings)"
-            why = _leaf(key) or unrecordable(item, depth + 1)
-            if why is not None:
-                return why
-        return None
-    if isinstance(value, (list, tuple)):
-        for item in value:
-            why = unrecordable(item, depth + 1)
-            if why is not None:
-                return why
-        return None
-    return _leaf(value)
-
-
-def _text(text: str) -> str:
-    """*text* as valid Unicode: a lone surrogate (a file name that is not UTF-8, kept
-    by ``surrogateescape``) becomes a ``\\udcXX`` escape, so results, evidence and the
-    session store can always hold it."""
-    if text.isascii():
-        return text
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "backslashreplace").decode("utf-8")
-    return text
-
-
 class Executor:
     """Dispatches calls against one substrate under one policy (module docstring)."""
 
@@ -189,6 +130,7 @@ class Executor:
         # Each root's physical path (flux_runtime._targets), for the files port it was
         # taken from: a substrate replaced on this executor starts afresh.
         self._roots: tuple[object, dict[str, str]] = (None, {})
+        self._admitted: dict[str, list[tuple[str, str]]] = {}  # batch digest -> actions left
 
     # -- the pipeline ------------------------------------------------------------
     def dispatch(self, call: Call, ctx: Context) -> Outcome:
@@ -227,6 +169,8 @@ class Executor:
                     op=op.name,
                     reason=EnvelopeReason.POLICY_DENIED,
                 )
+            if ctx.batch_approved is not None:
+                self._take_admitted(op, inp, ctx.batch_approved)
             self._approve(op, inp, ctx, decision, record)
             roots = self._kept_roots()
             gate = WALK_GATE.set(lambda name: self._allows(op, name, ctx, roots))
@@ -292,6 +236,26 @@ class Executor:
         d = evaluate(Request(ctx.caller, op.name, target, trust=ctx.trust, now=now))
         return d.effect is Effect.ALLOW
 
+    def admit(self, batch: ActionBatch) -> None:
+        """Let *batch*'s actions run under ``Context(batch_approved=batch.digest)``, each
+        once — called by the loop right after the batch's receipt was consumed. A call
+        naming a digest not admitted, or an action not in it (or already run), is
+        refused (``RECEIPT_INVALID``): the context's digest is a claim, this is proof."""
+        left = self._admitted.setdefault(batch.digest, [])
+        left.extend((a.op, a.input_json) for a in batch.actions)
+
+    def _take_admitted(self, op: Operation, inp: Mapping[str, Any], digest: str) -> None:
+        left = self._admitted.get(digest)
+        key = (op.name, Action.of(op.name, inp).input_json)
+        if left is None or key not in left:
+            raise EnvelopeError(
+                "not an action of a batch whose receipt was consumed here (or already run)",
+                op=op.name,
+                reason=EnvelopeReason.RECEIPT_INVALID,
+                target=digest[:80],
+            )
+        left.remove(key)
+
     def _kept_roots(self) -> dict[str, str]:
         files = self.substrate.files
         if self._roots[0] is not files:
@@ -344,7 +308,7 @@ class Executor:
         needs = decision.effect is Effect.APPROVAL_REQUIRED or op.risk is Risk.DESTRUCTIVE
         if not needs:
             return
-        if ctx.batch_approved is not None:
+        if ctx.batch_approved is not None:  # checked (and used up) before: admitted
             record["approval"] = {"by": "receipt", "batch": ctx.batch_approved}
             return
         req = ApprovalRequest(

@@ -350,6 +350,7 @@ class Turn:
             self._log(st, "receipt", {"id": receipt.id, "ok": False, "error": err.message})
             raise
         self._log(st, "receipt", {"id": receipt.id, "ok": True, "batch": batch.digest})
+        self.ex.admit(batch)  # its actions may now run, each once
         st["stage"] = "executing"
         self.store.save(st["session"], st, "executing")  # before the first effect
         ctx = self._ctx(st, batch_approved=batch.digest)

@@ -443,3 +443,30 @@ def test_git_log_runs_no_gpg_program_the_repository_configures(tmp_path: Path) -
         out = r.executor.dispatch(Call("git_log", {}), _ctx())
         assert out.ok and "signed" in out.view, out
         assert not (ws / "gpg_out").exists()
+
+
+def test_a_batch_digest_in_the_context_is_no_approval_by_itself(tmp_path: Path) -> None:
+    # Context(batch_approved=...) skipped every approval, destructive included, for any
+    # call: the digest was trusted as a claim. Now only the actions of a batch whose
+    # receipt was consumed (Executor.admit) pass, each once.
+    from flux_runtime import ActionBatch, ScriptedApprover
+    from flux_runtime._batch import Action
+
+    with rig(tmp_path) as r:
+        (r.root / "keep.txt").write_text("precious\n")
+        forged = Context("s1", "agent", batch_approved="sha256:" + "f" * 64)
+        out = r.executor.dispatch(Call("remove", {"path": "keep.txt"}), forged)
+        assert not out.ok and out.reason is EnvelopeReason.RECEIPT_INVALID, out
+        assert (r.root / "keep.txt").exists()
+        # Positive control: an admitted batch runs its action (once), without asking.
+        batch = ActionBatch.freeze([Action.of("remove", {"path": "keep.txt"})])
+        r.executor.admit(batch)
+        real = Context("s1", "agent", approver=ScriptedApprover([]), batch_approved=batch.digest)
+        other = r.executor.dispatch(Call("write", {"path": "x", "content": "1"}), real)
+        assert other.reason is EnvelopeReason.RECEIPT_INVALID  # not in the batch
+        assert r.executor.dispatch(Call("remove", {"path": "keep.txt"}), real).ok
+        assert not (r.root / "keep.txt").exists()
+        (r.root / "keep.txt").write_text("again\n")
+        replay = r.executor.dispatch(Call("remove", {"path": "keep.txt"}), real)
+        assert replay.reason is EnvelopeReason.RECEIPT_INVALID  # used up
+        assert (r.root / "keep.txt").exists()

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from flux_evidence import EvidenceLog, verify
 from flux_policy import IndexedEvaluator, load_policy_string
 from flux_runtime import Call, Catalog, Context, EnvelopeReason, Executor, Operation, Result, Risk
-from flux_runtime._executor import unrecordable
+from flux_runtime._recordable import unrecordable
 from flux_secret import Redactor
 from flux_system import Workspace
 from flux_system.port import Substrate
