@@ -120,20 +120,26 @@ def test_a_padded_field_cannot_hide_the_target_from_the_prompt() -> None:
     assert all(len(line) < 420 for line in text.splitlines())
 
 
+def _repo(ws: Path) -> Any:
+    import subprocess
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-C", str(ws), *args], check=True, capture_output=True)
+
+    git("init", "-q")
+    (ws / "VERSION").write_text("1\n")
+    git("add", "VERSION")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "v1")
+    (ws / "VERSION").write_text("2\n")
+    return git
+
+
 def test_git_reads_run_no_command_the_repository_configures(tmp_path: Path) -> None:
     import subprocess
 
     with rig(tmp_path) as r:
         ws = r.root
-
-        def git(*args: str) -> None:
-            subprocess.run(["git", "-C", str(ws), *args], check=True, capture_output=True)
-
-        git("init", "-q")
-        (ws / "VERSION").write_text("1\n")
-        git("add", "VERSION")
-        git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "v1")
-        (ws / "VERSION").write_text("2\n")
+        git = _repo(ws)
         git("config", "core.fsmonitor", f"sh -c 'echo ran > {ws}/fsmon_out'; false #")
         git("config", "diff.external", f"sh -c 'echo ran > {ws}/ext_out' #")
         # Positive control: plain git runs both configured commands.
@@ -202,20 +208,6 @@ def test_inputs_the_evidence_log_cannot_hold_are_refused_and_recorded(tmp_path: 
         ops = r.ops()
         assert len(ops) == 2 and all(o["input"].startswith("(not recorded:") for o in ops)
         assert r.verified() >= 2
-
-
-def _repo(ws: Path) -> Any:
-    import subprocess
-
-    def git(*args: str) -> None:
-        subprocess.run(["git", "-C", str(ws), *args], check=True, capture_output=True)
-
-    git("init", "-q")
-    (ws / "VERSION").write_text("1\n")
-    git("add", "VERSION")
-    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "v1")
-    (ws / "VERSION").write_text("2\n")
-    return git
 
 
 def test_git_reads_run_no_filter_the_repository_configures(tmp_path: Path) -> None:
