@@ -44,7 +44,7 @@ from flux_runtime._gate import WALK_GATE
 from flux_runtime._recordable import text as _text
 from flux_runtime._recordable import unrecordable
 from flux_runtime._targets import Follow, resolved_resource
-from flux_secret import Redactor, SecretError, SecretResolver
+from flux_secret import RedactionError, Redactor, SecretError, SecretResolver
 
 if typing.TYPE_CHECKING:
     from flux_system.port import Substrate
@@ -181,6 +181,9 @@ class Executor:
             outcome = self._redacted(op.name, result)
         except EnvelopeError as exc:
             outcome = self._failed(str(call.op), exc.reason, str(exc))
+        except RedactionError as exc:  # a result it cannot walk: withheld, never shown raw
+            why = f"the result could not be redacted ({exc}); it is withheld"
+            outcome = self._failed(str(call.op), EnvelopeReason.OPERATION_FAILED, why)
         except SecretError as exc:
             outcome = self._failed(str(call.op), EnvelopeReason.SECRET_UNRESOLVED, str(exc))
         except Exception as exc:  # guarded IO refused or failed: a result, not a crash

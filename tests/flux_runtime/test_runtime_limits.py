@@ -207,3 +207,45 @@ def test_a_result_or_error_holding_a_lone_surrogate_is_recorded(tmp_path: Path) 
         failed = executor.dispatch(Call("names", {"fail": True}), Context("s", "agent"))
         assert not failed.ok and "bad\\udcff.txt" in failed.view
     assert verify(tmp_path / "ev.jsonl").head.size == 3
+
+
+class _Opaque:
+    pass
+
+
+def _opaque(s: Substrate, inp: Mapping[str, Any]) -> Result:
+    RAN.append(inp)
+    return Result({"thing": _Opaque()}, "ran")
+
+
+def test_a_result_the_redactor_cannot_walk_is_withheld_as_a_failure(tmp_path: Path) -> None:
+    # RedactionError after the handler ran was reported as secret_unresolved (no secret
+    # was involved); it is an operation failure, the result withheld, and recorded.
+    root = tmp_path / "ws"
+    root.mkdir()
+    op = Operation(
+        "opaque",
+        "An object (test).",
+        {"type": "object"},
+        frozenset({"read"}),
+        Risk.LOW,
+        True,
+        _opaque,
+        lambda i: ["system/clock"],
+    )
+    policy = load_policy_string(PERMISSIVE)
+    RAN.clear()
+    with EvidenceLog.open(tmp_path / "ev.jsonl", fsync="never") as log:
+        executor = Executor(
+            Substrate.native(Workspace(root)),
+            Catalog([op]),
+            evaluator=IndexedEvaluator(policy),
+            policy_digest=policy.digest,
+            redactor=Redactor(),
+            evidence=log,
+        )
+        out = executor.dispatch(Call("opaque", {}), Context("s", "agent"))
+    assert RAN == [{}]  # the handler ran
+    assert not out.ok and out.reason is EnvelopeReason.OPERATION_FAILED, out
+    assert out.content is None and "withheld" in out.view
+    assert verify(tmp_path / "ev.jsonl").head.size == 2
