@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from flux_runtime import Call, Context, EnvelopeReason, ScriptedApprover
+from flux_runtime import Call, Context, EnvelopeError, EnvelopeReason, ScriptedApprover
 from flux_system.remote import connect
 from tests.flux_runtime._runtime import Rig, rig
 from tests.flux_system.remote._harness import served
@@ -155,3 +158,80 @@ def test_a_link_is_decided_on_its_target_on_a_remote_substrate(tmp_path: Path) -
         assert ok.ok and "plain text" in ok.view
         grep = r.executor.dispatch(Call("grep", {"pattern": "."}), _ctx())
         assert grep.ok and "real.txt" in grep.view and "link-secret" not in grep.view
+
+
+NAMES = ["a", "b", "c", ".env"]
+
+
+@st.composite
+def _trees(draw: st.DrawFn) -> tuple[list[tuple[str, str]], list[str]]:
+    """Directories and files two levels deep, and relative links among them (to
+    existing entries or not, some through ``..``), then paths to look up."""
+    entries: list[tuple[str, str]] = []
+    for d in draw(st.lists(st.sampled_from(NAMES), max_size=3, unique=True)):
+        entries.append(("dir", d))
+        for f in draw(st.lists(st.sampled_from(NAMES), max_size=3, unique=True)):
+            entries.append(("file", f"{d}/{f}"))
+    taken = {name for _, name in entries}
+    for _ in range(draw(st.integers(0, 4))):
+        where = draw(st.sampled_from(["", *[n for k, n in entries if k == "dir"]]))
+        name = (where + "/" if where else "") + draw(st.sampled_from(["l1", "l2", "l3"]))
+        if name in taken:
+            continue
+        up = "../" * where.count("/") + ("../" if where else "")
+        known = [n.split("\0")[0] for _, n in entries]
+        target = up + draw(st.sampled_from([*NAMES, *known, "nope"]))
+        entries.append(("link", f"{name}\0{target}"))
+        taken.add(name)
+    parts = st.sampled_from([*NAMES, "l1", "l2", "l3", "..", "nope"])
+    paths = draw(st.lists(st.lists(parts, min_size=1, max_size=3).map("/".join), max_size=6))
+    return entries, paths
+
+
+@settings(max_examples=100, deadline=None)
+@given(tree=_trees())
+def test_the_resolved_name_is_the_one_the_kernel_reaches(tree: Any) -> None:
+    # Differential: where resolved_resource says a path leads, against the host's own
+    # realpath of the same tree (links stay beneath the root: realpath's answer is the
+    # confined one whenever the lookup does not leave it).
+    import tempfile
+
+    from flux_runtime._targets import resolved_resource
+    from flux_system import FluxSystemError, Workspace
+
+    entries, paths = tree
+    with tempfile.TemporaryDirectory() as tmp:
+        root = os.path.realpath(tmp)
+        for kind, name in entries:
+            if kind == "dir":
+                os.makedirs(os.path.join(root, name), exist_ok=True)
+            elif kind == "file":
+                with open(os.path.join(root, name), "w") as fh:
+                    fh.write("x")
+            else:
+                link, target = name.split("\0")
+                os.symlink(target, os.path.join(root, link))
+        ws = Workspace(root)
+        try:
+            for path in paths:
+                full = os.path.join(root, path)
+                real = os.path.realpath(full)
+                inside = real == root or real.startswith(root + "/")
+                parts = path.split("/")
+                prefixes = [os.path.join(root, *parts[:i]) for i in range(1, len(parts) + 1)]
+                # realpath goes on lexically through a dangling link; the kernel stops
+                # there (and the workspace writes nothing through one): not compared.
+                dangling = any(os.path.islink(p) and not os.path.exists(p) for p in prefixes)
+                through_file = any(os.path.isfile(p) for p in prefixes[:-1])  # ENOTDIR
+                try:
+                    got = resolved_resource(ws, "read", path, "target", writes=False, roots={})
+                except (FluxSystemError, EnvelopeError):
+                    assert not inside or ".." in parts or dangling or through_file, (path, real)
+                    continue
+                assert inside, (path, real, got)
+                if dangling:
+                    continue
+                rel = os.path.relpath(real, root)
+                assert got == ("workspace" if rel == "." else f"workspace/{rel}"), (path, got)
+        finally:
+            ws.close()
