@@ -52,6 +52,10 @@ class LandlockConfinement:
         settings = sandbox.settings
         roots = workspace_roots(ws)
         check_home(roots, settings.allow_home_workspace)
+        extra_rw = tuple(
+            p for p in (*profile.read_write, *settings.read_write) if os.path.isdir(p)
+        )  # writable roots too (decision 0119): not $HOME or /, and audited
+        check_home([(-1, p, True) for p in extra_rw], settings.allow_home_workspace)
         check_extra_paths(
             (p for _, p, w in roots if w),
             settings.read_only,
@@ -100,7 +104,7 @@ class LandlockConfinement:
             )
         self._limits = limits_of(profile)
         self._sandbox = sandbox
-        self._writable = tuple(p for _, p, w in roots if w)
+        self._writable = (*(p for _, p, w in roots if w), *extra_rw)
         self._protected = (*BUILTIN_PROTECTED, *profile.protected)
 
     @property
