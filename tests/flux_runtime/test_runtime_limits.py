@@ -179,28 +179,8 @@ def _surrogate(s: Substrate, inp: Mapping[str, Any]) -> Result:
 def test_a_result_or_error_holding_a_lone_surrogate_is_recorded(tmp_path: Path) -> None:
     # A handler's text may carry a lone surrogate (a file name that is not UTF-8, kept
     # by surrogateescape): the evidence append refused it after the handler ran.
-    root = tmp_path / "ws"
-    root.mkdir()
-    op = Operation(
-        "names",
-        "A name (test).",
-        {"type": "object"},
-        frozenset({"read"}),
-        Risk.LOW,
-        True,
-        _surrogate,
-        lambda i: ["system/clock"],
-    )
-    policy = load_policy_string(PERMISSIVE)
     with EvidenceLog.open(tmp_path / "ev.jsonl", fsync="never") as log:
-        executor = Executor(
-            Substrate.native(Workspace(root)),
-            Catalog([op]),
-            evaluator=IndexedEvaluator(policy),
-            policy_digest=policy.digest,
-            redactor=Redactor(),
-            evidence=log,
-        )
+        executor = _one_op(tmp_path, "names", _surrogate, log)
         out = executor.dispatch(Call("names", {}), Context("s", "agent"))
         assert out.ok and out.view == "bad\\udcff.txt"
         assert out.content == {"name": "bad\\udcff.txt", "bad\\udcfe": 1}
@@ -221,31 +201,37 @@ def _opaque(s: Substrate, inp: Mapping[str, Any]) -> Result:
 def test_a_result_the_redactor_cannot_walk_is_withheld_as_a_failure(tmp_path: Path) -> None:
     # RedactionError after the handler ran was reported as secret_unresolved (no secret
     # was involved); it is an operation failure, the result withheld, and recorded.
-    root = tmp_path / "ws"
-    root.mkdir()
-    op = Operation(
-        "opaque",
-        "An object (test).",
-        {"type": "object"},
-        frozenset({"read"}),
-        Risk.LOW,
-        True,
-        _opaque,
-        lambda i: ["system/clock"],
-    )
-    policy = load_policy_string(PERMISSIVE)
     RAN.clear()
     with EvidenceLog.open(tmp_path / "ev.jsonl", fsync="never") as log:
-        executor = Executor(
-            Substrate.native(Workspace(root)),
-            Catalog([op]),
-            evaluator=IndexedEvaluator(policy),
-            policy_digest=policy.digest,
-            redactor=Redactor(),
-            evidence=log,
-        )
+        executor = _one_op(tmp_path, "opaque", _opaque, log)
         out = executor.dispatch(Call("opaque", {}), Context("s", "agent"))
     assert RAN == [{}]  # the handler ran
     assert not out.ok and out.reason is EnvelopeReason.OPERATION_FAILED, out
     assert out.content is None and "withheld" in out.view
     assert verify(tmp_path / "ev.jsonl").head.size == 2
+
+
+def _one_op(tmp_path: Path, name: str, handler: Any, log: EvidenceLog) -> Executor:
+    """An executor over a fresh workspace whose catalog is one test operation *name*
+    (any object as input) and whose policy allows everything."""
+    root = tmp_path / "ws"
+    root.mkdir(exist_ok=True)
+    op = Operation(
+        name,
+        "A test operation.",
+        {"type": "object"},
+        frozenset({"read"}),
+        Risk.LOW,
+        True,
+        handler,
+        lambda i: ["system/clock"],
+    )
+    policy = load_policy_string(PERMISSIVE)
+    return Executor(
+        Substrate.native(Workspace(root)),
+        Catalog([op]),
+        evaluator=IndexedEvaluator(policy),
+        policy_digest=policy.digest,
+        redactor=Redactor(),
+        evidence=log,
+    )
