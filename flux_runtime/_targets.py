@@ -6,7 +6,9 @@ names resolves to, beneath the workspace root, and holds the operation to the po
 on that name too (``workspace/<resolved>``); both must be allowed. A directory link in
 the middle (``link -> secrets``, ``read link/key``) resolves to ``secrets/key``.
 
-How: the substrate's confined resolution (``Workspace.resolve``: one
+A path the substrate says is reached through no link at all (``Workspace.link_free``:
+one ``openat2`` with ``RESOLVE_NO_SYMLINKS``) leads to its own name and is not
+resolved further. Otherwise, the substrate's confined resolution (``Workspace.resolve``: one
 ``openat2(RESOLVE_BENEATH)`` — or the ``O_NOFOLLOW`` walk — then the kernel's name of
 the fd it opened), relative to the resolution of the path's own root. Nothing is
 resolved by string manipulation on this side. Per path kind (:data:`Follow`):
@@ -101,6 +103,11 @@ def resolved_resource(
     a root moved meanwhile is followed, never decided on by a stale name."""
     if not callable(getattr(files, "resolve", None)):
         raise _fail(op, path, "the substrate cannot resolve paths (symlinks not decidable)")
+    quick = getattr(files, "link_free", None)
+    if quick is not None and quick(path):  # no link on the way: it leads to its own name
+        # (and a final component that is no link is no dangling one)
+        name = posixpath.normpath(path)
+        return "workspace" if name == "." else f"workspace/{name}"
     root = _root_of(path)
     where = _where(files, op, path, follow, writes)
     base = roots.get(root)
