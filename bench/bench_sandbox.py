@@ -35,8 +35,14 @@ from flux_system.sandbox._bwrap_init import reap_init
 REPO = Path(__file__).resolve().parent.parent
 
 
-def _bare_bwrap(system: System, *, wait_init: bool = False) -> Callable[[], object]:
-    """``subprocess.run`` of the bwrap command line the backend builds for /bin/true."""
+def _bare_bwrap(
+    system: System,
+    *,
+    wait_init: bool = False,
+    edit: Callable[[list[bytes]], list[bytes]] | None = None,
+) -> Callable[[], object]:
+    """``subprocess.run`` of the bwrap command line the backend builds for /bin/true
+    (passed through *edit* first, when given)."""
     confine = system._confine
     assert confine is not None
     rootfd = system._ws._open_dir_fd(".")
@@ -50,6 +56,8 @@ def _bare_bwrap(system: System, *, wait_init: bool = False) -> Callable[[], obje
     if b"--info-fd" in opts:  # plain bwrap use: nobody asks for its init's pid
         at = opts.index(b"--info-fd")
         del opts[at : at + 2]
+    if edit is not None:
+        opts = edit(opts)
     if wait_init:  # and this variant waits for the init's exit, as System does
         opts += [b"--info-fd", b"-1"]
         info_at = len(opts) - 1

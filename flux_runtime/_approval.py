@@ -38,22 +38,31 @@ class ApprovalRequest:
         """The prompt: one line per action naming its op, then every input field on a
         line of its own, each value cut by itself at :data:`FIELD_SHOWN` characters (a
         long value can never push another field — a path, a URL, a header — out of
-        sight), the fields that name a target first."""
+        sight), the fields that name a target first. Values are shown as ``repr`` and
+        names with control characters escaped: nothing in an input can add a line to
+        the prompt or send the terminal an escape sequence."""
         lines = [f"approve {self.kind} {self.digest[:23]} ({self.reason})?"]
         for i, (a, risk) in enumerate(zip(self.actions, self.risks, strict=True), 1):
-            lines.append(f"  {i}. [{risk}] {a['op']}")
+            lines.append(f"  {i}. [{_plain(risk)}] {_plain(a['op'])}")
             inp = a["input"]
             if not isinstance(inp, dict):
                 lines.append(f"       {_shown(inp)}")
                 continue
             for key in sorted(inp, key=lambda k: (k not in _TARGET_FIELDS, str(k))):
-                lines.append(f"       {str(key)[:60]}: {_shown(inp[key])}")
+                lines.append(f"       {_plain(key)[:60]}: {_shown(inp[key])}")
         return "\n".join(lines)
 
 
 FIELD_SHOWN = 300  # characters of one input value in an approval prompt
 # Fields that say where an effect lands: shown before the others.
 _TARGET_FIELDS = frozenset({"path", "paths", "url", "argv", "cwd", "env", "headers", "method"})
+
+
+def _plain(name: object) -> str:
+    """*name* on one line: a control character (newline, escape) shown as its escape,
+    so an input key cannot forge a line of the prompt or drive the terminal."""
+    text = str(name)
+    return text if text.isprintable() else repr(text)[1:-1]
 
 
 def _shown(value: object) -> str:

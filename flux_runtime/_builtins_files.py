@@ -62,6 +62,14 @@ def _path_res(inp: Mapping[str, Any]) -> list[str]:
     return _ws(inp.get("path", "."))
 
 
+def _path(inp: Mapping[str, Any]) -> list[str]:
+    return [inp.get("path", ".")]
+
+
+def _paths(inp: Mapping[str, Any]) -> list[str]:
+    return list(inp["paths"])
+
+
 def _fail(op: str, path: str, why: str) -> EnvelopeError:
     return EnvelopeError(why, op=op, reason=EnvelopeReason.OPERATION_FAILED, target=path)
 
@@ -192,6 +200,7 @@ def file_operations() -> list[Operation]:
             True,
             _read,
             _path_res,
+            paths=_path,
         ),
         Operation(
             "read_many",
@@ -205,6 +214,7 @@ def file_operations() -> list[Operation]:
             True,
             _read_many,
             lambda i: [r for p in i["paths"] for r in _ws(p)],
+            paths=_paths,
         ),
         Operation(
             "grep",
@@ -215,6 +225,7 @@ def file_operations() -> list[Operation]:
             True,
             _grep,
             _path_res,
+            paths=_path,
         ),
         Operation(
             "glob",
@@ -225,6 +236,7 @@ def file_operations() -> list[Operation]:
             True,
             _glob,
             _path_res,
+            paths=_path,
         ),
         Operation(
             "file_stat",
@@ -235,6 +247,7 @@ def file_operations() -> list[Operation]:
             True,
             _stat,
             _path_res,
+            paths=_path,
         ),
         Operation(
             "path_exists",
@@ -245,6 +258,7 @@ def file_operations() -> list[Operation]:
             True,
             _exists,
             _path_res,
+            paths=_path,
         ),
         Operation(
             "write",
@@ -255,6 +269,7 @@ def file_operations() -> list[Operation]:
             True,
             _write,
             _path_res,
+            paths=_path,
         ),
         Operation(
             "append",
@@ -265,6 +280,7 @@ def file_operations() -> list[Operation]:
             False,
             _append,
             _path_res,
+            paths=_path,
         ),
         Operation(
             "edit",
@@ -275,6 +291,7 @@ def file_operations() -> list[Operation]:
             False,
             _edit,
             _path_res,
+            paths=_path,
         ),
         Operation(
             "patch",
@@ -291,6 +308,7 @@ def file_operations() -> list[Operation]:
             False,
             _patch,
             _path_res,
+            paths=_path,
         ),
         Operation(
             "remove",
@@ -301,5 +319,7 @@ def file_operations() -> list[Operation]:
             True,
             _remove,
             _path_res,
+            paths=_path,
+            follow="name",  # remove acts on a final link itself
         ),
     ]

@@ -2,7 +2,8 @@
 
 ``proc.run`` takes an argv (never a shell string); the ``git_*`` operations run a fixed
 argv (``git status --porcelain=v1``, ``git diff --no-color``, ``git log --oneline -n N``)
-so they can be gather-safe reads. ``http.request`` goes through
+with every program the repository could configure switched off (:mod:`._git`), so
+they can be gather-safe reads. ``http.request`` goes through
 :class:`~flux_system.port.HttpPort`: the serving side's egress guard decides, and its
 guarded client owns the 429 / ``Retry-After`` semantics (the result says how long it
 waited and how many retries it made).
@@ -18,13 +19,48 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from flux_runtime._catalog import Operation, Result, Risk
+from flux_runtime._errors import EnvelopeError, EnvelopeReason
+from flux_runtime._git import git_read
 
 if typing.TYPE_CHECKING:
-    from flux_system.port import Substrate
+    from flux_system.port import HttpResult, Substrate
 
-__all__ = ["system_operations"]
+__all__ = ["HTTP_BODY_CAP", "capped_body", "system_operations"]
 
 _VIEW_CAP = 64 * 1024
+# A client that follows redirects would take a request to a host the policy never saw
+# (``allowed.example/r?to=denied.example``): ``flux run`` and ``flux serve`` build theirs
+# with ``follow_redirects=False``, and a redirect comes back with its ``location``.
+# Bytes of response body one ``http.request`` / ``web.fetch`` takes. ``flux run`` and
+# ``flux serve`` build their guarded clients with it as ``max_body`` (the client stops
+# reading there), and it fits one remote frame (8 MiB) after base64.
+HTTP_BODY_CAP = 4 << 20
+
+
+def capped_body(op: str, url: str, r: HttpResult) -> bytes:
+    """The body of *r*, or a typed refusal when it is larger than the cap.
+
+    A body the serving side cut (``truncated``: its client's ``max_body``, which may
+    be smaller) or one longer than :data:`HTTP_BODY_CAP` is refused, never passed on
+    as if whole.
+
+    Raises:
+        EnvelopeError: ``TOO_LARGE`` naming the host and the cap.
+    """
+    if not r.truncated and len(r.body) <= HTTP_BODY_CAP:
+        return r.body
+    cap = min(len(r.body), HTTP_BODY_CAP) if r.truncated else HTTP_BODY_CAP
+    host = urlsplit(r.url or url).hostname or "?"
+    return _too_large(op, host, cap)
+
+
+def _too_large(op: str, host: str, cap: int) -> typing.NoReturn:
+    raise EnvelopeError(
+        f"the response from {host} is larger than the {cap}-byte body cap",
+        op=op,
+        reason=EnvelopeReason.TOO_LARGE,
+        target=host,
+    )
 
 
 def _obj(props: dict[str, Any], required: list[str]) -> dict[str, Any]:
@@ -61,23 +97,6 @@ def _proc(s: Substrate, inp: Mapping[str, Any]) -> Result:
     return _run(s, list(inp["argv"]), inp)
 
 
-# The repository's own config can name commands git runs (core.fsmonitor on status,
-# diff.external and textconv drivers on diff and log, gpg on log.showSignature): the
-# gather-safe git operations switch those off. Not covered: clean/smudge filters named
-# in .gitattributes (their driver names are the repository's), which status may run.
-_GIT_SAFE = ("-c", "core.fsmonitor=false", "-c", "log.showSignature=false", "--no-pager")
-_GIT_NO_DRIVERS = ("--no-ext-diff", "--no-textconv")
-
-
-def _git(*args: str) -> Any:
-    def handler(s: Substrate, inp: Mapping[str, Any]) -> Result:
-        extra = ["-n", str(inp.get("count", 10))] if args[0] == "log" else []
-        drivers = list(_GIT_NO_DRIVERS) if args[0] in ("diff", "log") else []
-        return _run(s, ["git", *_GIT_SAFE, *args, *drivers, *extra], {})
-
-    return handler
-
-
 def _now(s: Substrate, inp: Mapping[str, Any]) -> Result:
     stamp = dt.datetime.now(dt.UTC).isoformat()
     return Result({"utc": stamp}, stamp)
@@ -96,7 +115,8 @@ def _http(s: Substrate, inp: Mapping[str, Any]) -> Result:
         body=body.encode("utf-8") if body is not None else None,
         timeout=float(inp.get("timeout", 30)),
     )
-    text = r.body.decode("utf-8", "replace")
+    text = capped_body("http.request", inp["url"], r).decode("utf-8", "replace")
+    location = redirect_location(r)
     content = {
         "status": r.status,
         "url": r.url,
@@ -104,9 +124,22 @@ def _http(s: Substrate, inp: Mapping[str, Any]) -> Result:
         "truncated": r.truncated,
         "waited": r.waited,
         "retries": r.retries,
+        "location": location,
     }
     waited = f" (waited {r.waited:.1f}s over {r.retries} retries)" if r.retries else ""
-    return Result(content, f"HTTP {r.status}{waited}\n{text[:_VIEW_CAP]}")
+    moved = f" -> {location} (not followed: request it to go there)" if location else ""
+    return Result(content, f"HTTP {r.status}{waited}{moved}\n{text[:_VIEW_CAP]}")
+
+
+def redirect_location(r: HttpResult) -> str | None:
+    """The ``Location`` of a redirect answer (``flux run``'s client follows none: each
+    hop is a new request the policy decides on), else ``None``."""
+    if not 300 <= r.status < 400:
+        return None
+    for name, value in r.headers:
+        if name == "location":
+            return value[:8192]
+    return None
 
 
 def _host(inp: Mapping[str, Any]) -> list[str]:
@@ -149,7 +182,7 @@ def system_operations() -> list[Operation]:
             git,
             Risk.LOW,
             True,
-            _git("status", "--porcelain=v1"),
+            git_read("status", "--porcelain=v1"),
             lambda i: ["process/git"],
             side_effect_free=True,
         ),
@@ -160,7 +193,7 @@ def system_operations() -> list[Operation]:
             git,
             Risk.LOW,
             True,
-            _git("diff", "--no-color"),
+            git_read("diff", "--no-color"),
             lambda i: ["process/git"],
             side_effect_free=True,
         ),
@@ -171,7 +204,7 @@ def system_operations() -> list[Operation]:
             git,
             Risk.LOW,
             True,
-            _git("log", "--oneline", "--no-color"),
+            git_read("log", "--oneline", "--no-color"),
             lambda i: ["process/git"],
             side_effect_free=True,
         ),

@@ -50,6 +50,7 @@ class Result:
 
 Handler = Callable[["Substrate", Mapping[str, Any]], Result]
 Resources = Callable[[Mapping[str, Any]], Sequence[str]]
+Paths = Callable[[Mapping[str, Any]], Sequence[str]]
 
 
 def parse_effects(items: Iterable[str]) -> frozenset[str]:
@@ -87,6 +88,10 @@ class Operation:
     expose: bool = True
     secrets: bool = False  # string inputs may carry ``secret:`` references
     side_effect_free: bool | None = None  # default: the effects are reads only
+    # The workspace paths the input names: the policy also decides on where each
+    # resolves (flux_runtime._targets); ``follow``: "target" or "name" (remove).
+    paths: Paths | None = field(default=None, compare=False)
+    follow: str = "target"
     # The schema compiled once, when the operation is built (after it was checked).
     validate: Validator = field(init=False, compare=False, repr=False)
 

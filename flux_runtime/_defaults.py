@@ -1,8 +1,9 @@
 """The built-in catalog and the default policy of ``flux run``.
 
 The default policy lets the agent read beneath the workspace without asking, and asks
-before every write, process and network request. Destructive operations are asked for
-by the executor whatever a policy says.
+before every write, process and network request; it denies ``.env`` files to every
+operation and the sandbox's protected paths to every writing one. Destructive
+operations are asked for by the executor whatever a policy says.
 """
 
 from __future__ import annotations
@@ -44,6 +45,40 @@ id = "no-dotenv"
 subjects = ["**"]
 actions = ["**"]
 resources = ["workspace/**/.env", "workspace/.env"]
+
+# The sandbox's protected paths (DESIGN §2.5): what tools outside the sandbox run or
+# read as configuration (git hooks and config, editor and agent settings, direnv, shell
+# rc files). A process cannot change them, approved or not; nor can a file operation
+# (decision 0109). tests/flux_runtime/test_runtime_attacks.py keeps this list equal to
+# flux_system.sandbox's.
+[[deny]]
+id = "no-protected-writes"
+subjects = ["**"]
+actions = ["write", "append", "edit", "patch", "remove"]
+resources = ["workspace/**/.git/hooks", "workspace/**/.git/hooks/**",
+    "workspace/**/.git/config", "workspace/**/.git/config/**",
+    "workspace/**/.git/config.worktree", "workspace/**/.git/config.worktree/**",
+    "workspace/**/.git/commondir", "workspace/**/.git/commondir/**",
+    "workspace/**/.git/rebase-merge", "workspace/**/.git/rebase-merge/**",
+    "workspace/**/.git/rebase-apply", "workspace/**/.git/rebase-apply/**",
+    "workspace/**/.vscode", "workspace/**/.vscode/**", "workspace/**/.idea",
+    "workspace/**/.idea/**", "workspace/**/.envrc", "workspace/**/.envrc/**",
+    "workspace/**/.mcp.json", "workspace/**/.mcp.json/**", "workspace/**/.claude",
+    "workspace/**/.claude/**", "workspace/**/.devcontainer",
+    "workspace/**/.devcontainer/**", "workspace/**/.devcontainer.json",
+    "workspace/**/.devcontainer.json/**", "workspace/**/.pre-commit-config.yaml",
+    "workspace/**/.pre-commit-config.yaml/**", "workspace/**/.bashrc",
+    "workspace/**/.bashrc/**", "workspace/**/.bash_profile",
+    "workspace/**/.bash_profile/**", "workspace/**/.bash_login",
+    "workspace/**/.bash_login/**", "workspace/**/.bash_logout",
+    "workspace/**/.bash_logout/**", "workspace/**/.profile",
+    "workspace/**/.profile/**", "workspace/**/.zshrc", "workspace/**/.zshrc/**",
+    "workspace/**/.zshenv", "workspace/**/.zshenv/**", "workspace/**/.zprofile",
+    "workspace/**/.zprofile/**", "workspace/**/.zlogin", "workspace/**/.zlogin/**",
+    "workspace/**/.zlogout", "workspace/**/.zlogout/**", "workspace/**/.cshrc",
+    "workspace/**/.cshrc/**", "workspace/**/.tcshrc", "workspace/**/.tcshrc/**",
+    "workspace/**/.kshrc", "workspace/**/.kshrc/**", "workspace/**/.inputrc",
+    "workspace/**/.inputrc/**"]
 """
 
 

@@ -32,6 +32,7 @@ class EnvelopeReason(enum.Enum):
     SESSION = "session"
     SANDBOX = "sandbox"
     UNSUPPORTED_CONTENT = "unsupported_content"
+    TOO_LARGE = "too_large"
 
 
 class EnvelopeError(Exception):

@@ -3,15 +3,25 @@
 unknown operation refused → input validated against the schema → ``flux_policy``
 decision for every resource the call touches → approval when the decision or the risk
 requires it (destructive always asks; only an explicit yes approves; a consumed batch
-receipt counts as the explicit yes for the actions it covers) → ``secret:`` references
+receipt counts as the explicit yes for the actions it covers, each once, and only for a
+batch :meth:`Executor.admit` was given) → ``secret:`` references
 resolved (registered with the redactor first) → guarded IO through the substrate's
 ports → both result faces and any error redacted → one evidence record per outcome,
 with the policy digest.
 
 Guarantee: :meth:`Executor.dispatch` never runs a handler before all of the above
 passed, and returns an :class:`Outcome` for every call (it raises only when evidence
-cannot be written — then nothing more should run). Not guaranteed: that the far side
-of a remote substrate did what it reported.
+cannot be written — then nothing more should run). A workspace path is decided on the
+name given and on where it resolves beneath the root (:mod:`._targets`); an input the
+evidence log cannot hold (not JSON, NaN, a huge integer, a lone surrogate, nested past
+64) is refused before anything runs and recorded as refused; a lone surrogate in a
+result or error is escaped. Redaction covers a registered secret raw and in the
+encodings flux_secret lists (base64, hex, JSON/``repr`` escapes, percent-encoding,
+entities).
+Not guaranteed: that the far side of a remote substrate did what it reported; that a
+*transformed* secret (reversed, split, case-changed, base32, wrapped base64, compressed)
+is redacted (decision 0108); a decision's hold against a concurrent third-party writer
+of the workspace between decision and operation (decision 0106).
 """
 
 from __future__ import annotations
@@ -27,10 +37,14 @@ from typing import Any
 
 from flux_policy import Decision, Effect, Request
 from flux_runtime._approval import ApprovalRequest, Approver, HeadlessApprover, ask
+from flux_runtime._batch import Action, ActionBatch
 from flux_runtime._catalog import Catalog, Operation, Result, Risk
 from flux_runtime._errors import EnvelopeError, EnvelopeReason
 from flux_runtime._gate import WALK_GATE
-from flux_secret import Redactor, SecretError, SecretResolver
+from flux_runtime._recordable import text as _text
+from flux_runtime._recordable import unrecordable
+from flux_runtime._targets import Follow, resolved_resource
+from flux_secret import RedactionError, Redactor, SecretError, SecretResolver
 
 if typing.TYPE_CHECKING:
     from flux_system.port import Substrate
@@ -96,37 +110,6 @@ class Outcome:
         }
 
 
-_MAX_INPUT_DEPTH = 64  # an input nested deeper cannot be recorded whole (evidence: 128)
-
-
-def unrecordable(value: object, depth: int = 0) -> str | None:
-    """Why *value* cannot be an evidence record's input, or ``None`` when it can.
-
-    Refused up front (``INVALID_INPUT``) rather than failing the evidence append after
-    the handler ran: nesting deeper than :data:`_MAX_INPUT_DEPTH`, or a string that is
-    not valid Unicode text (a lone surrogate).
-    """
-    if depth > _MAX_INPUT_DEPTH:
-        return f"nests deeper than {_MAX_INPUT_DEPTH}"
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return "holds a string that is not valid Unicode text (a lone surrogate)"
-        return None
-    if isinstance(value, Mapping):
-        for key, item in value.items():
-            why = unrecordable(key, depth + 1) or unrecordable(item, depth + 1)
-            if why is not None:
-                return why
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            why = unrecordable(item, depth + 1)
-            if why is not None:
-                return why
-    return None
-
-
 class Executor:
     """Dispatches calls against one substrate under one policy (module docstring)."""
 
@@ -144,6 +127,10 @@ class Executor:
         self.substrate, self.catalog, self.redactor = substrate, catalog, redactor
         self.policy_digest = policy_digest
         self._evaluator, self.evidence, self._secrets = evaluator, evidence, secrets
+        # Each root's physical path (flux_runtime._targets), for the files port it was
+        # taken from: a substrate replaced on this executor starts afresh.
+        self._roots: tuple[object, dict[str, str]] = (None, {})
+        self._admitted: dict[str, list[tuple[str, str]]] = {}  # batch digest -> actions left
 
     # -- the pipeline ------------------------------------------------------------
     def dispatch(self, call: Call, ctx: Context) -> Outcome:
@@ -182,8 +169,11 @@ class Executor:
                     op=op.name,
                     reason=EnvelopeReason.POLICY_DENIED,
                 )
+            if ctx.batch_approved is not None:
+                self._take_admitted(op, inp, ctx.batch_approved)
             self._approve(op, inp, ctx, decision, record)
-            gate = WALK_GATE.set(lambda name: self._allows(op, name, ctx))
+            roots = self._kept_roots()
+            gate = WALK_GATE.set(lambda name: self._allows(op, name, ctx, roots))
             try:
                 result = op.handler(self.substrate, self._resolve(op, inp))
             finally:
@@ -191,6 +181,9 @@ class Executor:
             outcome = self._redacted(op.name, result)
         except EnvelopeError as exc:
             outcome = self._failed(str(call.op), exc.reason, str(exc))
+        except RedactionError as exc:  # a result it cannot walk: withheld, never shown raw
+            why = f"the result could not be redacted ({exc}); it is withheld"
+            outcome = self._failed(str(call.op), EnvelopeReason.OPERATION_FAILED, why)
         except SecretError as exc:
             outcome = self._failed(str(call.op), EnvelopeReason.SECRET_UNRESOLVED, str(exc))
         except Exception as exc:  # guarded IO refused or failed: a result, not a crash
@@ -223,27 +216,88 @@ class Executor:
             return False
         try:
             return self._decide(op, call.input, ctx).effect is not Effect.DENY
-        except EnvelopeError:  # e.g. an absolute path: refused when dispatched
+        except Exception:  # e.g. an absolute path or an escaping link: refused when dispatched
             return False
 
-    def _allows(self, op: Operation, name: str, ctx: Context) -> bool:
-        """Whether *op* may look at workspace file *name* without asking (walk gate)."""
+    def _allows(self, op: Operation, name: str, ctx: Context, roots: dict[str, str]) -> bool:
+        """Whether *op* may look at workspace file *name* without asking (walk gate):
+        by its name and by where it resolves (a link to a denied file is skipped)."""
         now = dt.datetime.now(dt.UTC)
+        evaluate = self._evaluator.evaluate
         resource = f"workspace/{posixpath.normpath(name)}"
-        d = self._evaluator.evaluate(
-            Request(ctx.caller, op.name, resource, trust=ctx.trust, now=now)
-        )
+        first = evaluate(Request(ctx.caller, op.name, resource, trust=ctx.trust, now=now))
+        if first.effect is not Effect.ALLOW:
+            return False
+        try:
+            target = resolved_resource(
+                self.substrate.files, op.name, name, "target", writes=False, roots=roots
+            )
+        except Exception:  # not resolvable beneath the root: not looked at
+            return False
+        if target == resource:
+            return True
+        d = evaluate(Request(ctx.caller, op.name, target, trust=ctx.trust, now=now))
         return d.effect is Effect.ALLOW
 
+    def admit(self, batch: ActionBatch) -> None:
+        """Let *batch*'s actions run under ``Context(batch_approved=batch.digest)``, each
+        once — called by the loop right after the batch's receipt was consumed. A call
+        naming a digest not admitted, or an action not in it (or already run), is
+        refused (``RECEIPT_INVALID``): the context's digest is a claim, this is proof."""
+        left = self._admitted.setdefault(batch.digest, [])
+        left.extend((a.op, a.input_json) for a in batch.actions)
+
+    def _take_admitted(self, op: Operation, inp: Mapping[str, Any], digest: str) -> None:
+        left = self._admitted.get(digest)
+        key = (op.name, Action.of(op.name, inp).input_json)
+        if left is None or key not in left:
+            raise EnvelopeError(
+                "not an action of a batch whose receipt was consumed here (or already run)",
+                op=op.name,
+                reason=EnvelopeReason.RECEIPT_INVALID,
+                target=digest[:80],
+            )
+        left.remove(key)
+
+    def _kept_roots(self) -> dict[str, str]:
+        files = self.substrate.files
+        if self._roots[0] is not files:
+            self._roots = (files, {})
+        return self._roots[1]
+
+    def _targets(self, op: Operation, inp: Mapping[str, Any], names: list[str]) -> list[str]:
+        """Where each workspace path *op* names resolves, beyond *names* (the names it
+        declares): the policy decides on both (flux_runtime._targets)."""
+        if op.paths is None:
+            return []
+        files, roots = self.substrate.files, self._kept_roots()
+        writes = "write" in op.effects
+        follow: Follow = "name" if op.follow == "name" else "target"
+        out: list[str] = []
+        for path in op.paths(inp):
+            target = resolved_resource(files, op.name, path, follow, writes=writes, roots=roots)
+            if target not in names and target not in out:
+                out.append(target)
+        return out
+
     def _decide(self, op: Operation, inp: Mapping[str, Any], ctx: Context) -> Decision:
+        """The strictest decision over the declared names, then (unless those are
+        denied already) over where the paths resolve."""
         now = dt.datetime.now(dt.UTC)
         worst: Decision | None = None
         evaluate, rank = self._evaluator.evaluate, _RANK
-        for resource in op.resources(inp) or ["-"]:
+        names = list(op.resources(inp))
+        for resource in names or ["-"]:
             d = evaluate(Request(ctx.caller, op.name, resource, trust=ctx.trust, now=now))
             if worst is None or rank[d.effect] > rank[worst.effect]:
                 worst = d
         assert worst is not None
+        if worst.effect is Effect.DENY:
+            return worst
+        for resource in self._targets(op, inp, names):
+            d = evaluate(Request(ctx.caller, op.name, resource, trust=ctx.trust, now=now))
+            if rank[d.effect] > rank[worst.effect]:
+                worst = d
         return worst
 
     def _approve(
@@ -257,7 +311,7 @@ class Executor:
         needs = decision.effect is Effect.APPROVAL_REQUIRED or op.risk is Risk.DESTRUCTIVE
         if not needs:
             return
-        if ctx.batch_approved is not None:
+        if ctx.batch_approved is not None:  # checked (and used up) before: admitted
             record["approval"] = {"by": "receipt", "batch": ctx.batch_approved}
             return
         req = ApprovalRequest(
@@ -322,10 +376,10 @@ class Executor:
         if len(text) < _SHORTEST and (
             text.isascii() or len(text.encode("utf-8", "surrogatepass")) < _SHORTEST
         ):
-            return text
+            return _text(text)
         done = memo.get(text)
         if done is None:
-            done = memo[text] = self.redactor.redact(text)
+            done = memo[text] = _text(self.redactor.redact(text))
         return done
 
     def _redact_tree(self, value: Any, memo: dict[str, str]) -> Any:
@@ -340,8 +394,10 @@ class Executor:
             return [self._redact_tree(v, memo) for v in value]
         if value is None or isinstance(value, bool | int | float):
             return value
+        if isinstance(value, Mapping):
+            return self._redact_tree(dict(value), memo)
         return self.redactor.redact_obj(value)
 
     def _failed(self, name: str, reason: EnvelopeReason, message: str) -> Outcome:
-        text = self.redactor.redact(message)[:EXCERPT]
+        text = _text(self.redactor.redact(message))[:EXCERPT]
         return Outcome(name[:200], False, None, f"error ({reason.value}): {text}", reason, text)

@@ -70,13 +70,17 @@ def real_path(path: str) -> str:
 
 
 def open_sqlite(path: str) -> sqlite3.Connection:
-    """Open (creating) the SQLite database at *path*; its directory is made 0700.
+    """Open (creating) the SQLite database at *path*; its directory is made 0700 and a
+    new database file 0600 before SQLite opens it (its journal and WAL files take the
+    database's mode), so another local user cannot read sessions or the receipt key
+    through a directory that already existed with looser permissions.
 
     Raises:
         OSError: the directory cannot be made; sqlite3.Error: the database cannot open.
     """
     directory = os.path.dirname(path) or "."
     os.makedirs(directory, mode=0o700, exist_ok=True)
+    os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
     conn = sqlite3.connect(path, timeout=10.0, isolation_level=None, check_same_thread=False)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=FULL")

@@ -16,7 +16,9 @@
 
 A ``question`` at any stage suspends the turn (state saved); :meth:`Turn.resume`
 continues with the user's answer. Bounds: ``max_model_calls`` across the whole session
-and ``max_iterations`` explore rounds per turn; exceeding either fails the turn.
+and ``max_iterations`` explore rounds per turn; exceeding either fails the turn; an
+explore reply of more than :data:`MAX_CALLS_PER_REPLY` calls is refused whole (none
+runs), and a batch holds at most :data:`MAX_BATCH` actions.
 Every step is an evidence record, in order.
 """
 
@@ -36,7 +38,13 @@ from flux_runtime._provider import ModelRequest, Provider
 from flux_runtime._session import SessionStore
 from flux_runtime._stages import STAGE_TAGS, excerpt, parse_stage
 
-__all__ = ["Bounds", "Turn", "TurnResult"]
+__all__ = ["MAX_BATCH", "MAX_CALLS_PER_REPLY", "Bounds", "Turn", "TurnResult"]
+
+# One explore reply's calls, and the actions one batch may hold: the iteration bound
+# counts replies, so without these one reply could carry any number of operations
+# (each dispatched and recorded) and one approval prompt any number of actions.
+MAX_CALLS_PER_REPLY = 64
+MAX_BATCH = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,6 +279,12 @@ class Turn:
             raise EnvelopeError(
                 "calls must be a list", op="explore", reason=EnvelopeReason.BAD_STAGE_OUTPUT
             )
+        if len(calls) > MAX_CALLS_PER_REPLY:  # refused whole: none of them runs
+            raise EnvelopeError(
+                f"{len(calls)} calls in one reply (at most {MAX_CALLS_PER_REPLY})",
+                op="explore",
+                reason=EnvelopeReason.BAD_STAGE_OUTPUT,
+            )
         ctx = self._ctx(st, offered=frozenset(st["offered"]))
         for raw in calls:
             op = raw.get("op") if isinstance(raw, dict) else None
@@ -278,6 +292,12 @@ class Turn:
             call = Call(str(op), inp if isinstance(inp, dict) else {})
             ok = isinstance(op, str) and isinstance(inp, dict) and self.ex.admissible(call, ctx)
             if ok and not self.ex.catalog.get(str(op)).gather_safe:
+                if len(st["pending"]) >= MAX_BATCH:
+                    raise EnvelopeError(
+                        f"a batch holds at most {MAX_BATCH} actions",
+                        op="explore",
+                        reason=EnvelopeReason.BAD_STAGE_OUTPUT,
+                    )
                 st["pending"].append({"op": op, "input": inp})
                 self._log(st, "capture", {"op": op, "input": self.ex.redactor.redact_obj(inp)})
                 st["messages"].append(
@@ -330,6 +350,7 @@ class Turn:
             self._log(st, "receipt", {"id": receipt.id, "ok": False, "error": err.message})
             raise
         self._log(st, "receipt", {"id": receipt.id, "ok": True, "batch": batch.digest})
+        self.ex.admit(batch)  # its actions may now run, each once
         st["stage"] = "executing"
         self.store.save(st["session"], st, "executing")  # before the first effect
         ctx = self._ctx(st, batch_approved=batch.digest)

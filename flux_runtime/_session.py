@@ -39,8 +39,9 @@ def default_store_path(environ: Mapping[str, str] | None = None) -> str:
     return os.path.join(os.path.expanduser(base), "flux", "sessions.db")
 
 
-def check_outside(store_path: str, writable_roots: list[str]) -> None:
-    """Refuse a store inside any of *writable_roots*.
+def check_outside(store_path: str, writable_roots: list[str], what: str = "session store") -> None:
+    """Refuse a store (or an evidence log: *what*) inside any of *writable_roots*,
+    both sides resolved (a symlink into a root is inside it).
 
     Raises:
         EnvelopeError: SESSION naming the store path.
@@ -50,7 +51,7 @@ def check_outside(store_path: str, writable_roots: list[str]) -> None:
         base = real_path(root)
         if where == base or where.startswith(base.rstrip("/") + "/"):
             raise EnvelopeError(
-                "the session store must not live inside a writable root of the workspace",
+                f"the {what} must not live inside a writable root ({root}) the agent can change",
                 op="session",
                 reason=EnvelopeReason.SESSION,
                 target=store_path,

@@ -14,8 +14,13 @@ decides on ``net/<host>``. What comes back is handled by its ``Content-Type``:
   does not look like text when no type is given are refused with
   ``UNSUPPORTED_CONTENT``, naming the URL.
 
-Bounds: the body is fetched up to the serving side's cap (``RequestLimits.max_body``,
-10 MiB by default); at most :data:`MAX_PARSE` bytes of it are decoded and converted,
+Redirects: ``flux run``'s and ``flux serve``'s clients follow none; a 3xx answer is the
+result, with its ``location`` (a fetch of it is a new call the policy decides on).
+
+Bounds: a body longer than the serving side's cap (its ``RequestLimits.max_body``;
+``flux run`` and ``flux serve`` set :data:`HTTP_BODY_CAP`) or than that cap itself is
+refused (``TOO_LARGE``, naming the host and the cap); at most :data:`MAX_PARSE` bytes
+of it are decoded and converted,
 and at most :data:`MAX_MARKDOWN` characters (or the input's smaller ``max_chars``) are
 returned, with at most :data:`MAX_TITLE` characters of the page's title. Each cut is
 flagged in the result (``truncated`` and where). Elements nested deeper than
@@ -38,7 +43,7 @@ from typing import Any
 from bs4 import BeautifulSoup, Comment, Tag
 from markdownify import MarkdownConverter
 
-from flux_runtime._builtins_system import _host
+from flux_runtime._builtins_system import _host, capped_body, redirect_location
 from flux_runtime._catalog import Operation, Result, Risk
 from flux_runtime._errors import EnvelopeError, EnvelopeReason
 
@@ -212,9 +217,14 @@ def _fetch(s: Substrate, inp: Mapping[str, Any]) -> Result:
     r = s.http.http_request(
         "GET", url, headers={"accept": _ACCEPT}, timeout=float(inp.get("timeout", 30))
     )
+    whole = capped_body("web.fetch", url, r)
+    location = redirect_location(r)
+    if location is not None:  # not followed: going there is a new fetch, decided anew
+        moved = {"status": r.status, "url": r.url, "location": location, "text": ""}
+        return Result(moved, f"HTTP {r.status} {r.url} -> {location} (not followed)")
     kind, charset = _media_type(r.headers)
-    body = r.body[:MAX_PARSE]
-    cut_parse = len(r.body) > MAX_PARSE
+    body = whole[:MAX_PARSE]
+    cut_parse = len(whole) > MAX_PARSE
     if kind is None:
         if not _looks_textual(body):
             raise _refuse(url, r.url, None)
@@ -229,11 +239,7 @@ def _fetch(s: Substrate, inp: Mapping[str, Any]) -> Result:
         raise _refuse(url, r.url, kind)
     cut_out = len(text) > limit
     text = text[:limit]
-    cuts = [
-        what
-        for what, cut in (("fetch", r.truncated), ("parse", cut_parse), ("output", cut_out))
-        if cut
-    ]
+    cuts = [what for what, cut in (("parse", cut_parse), ("output", cut_out)) if cut]
     content = {
         "status": r.status,
         "url": r.url,

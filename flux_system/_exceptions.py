@@ -162,6 +162,7 @@ class SandboxReason(enum.Enum):
     BAD_PROFILE = "bad_profile"
     WORKSPACE_COVERS_HOME = "workspace_covers_home"  # the workspace is or holds $HOME or /
     EXTRA_PATH_UNSAFE = "extra_path_unsafe"  # an extra path has a link a run could plant
+    BAD_SETTING = "bad_setting"  # a value the sandbox cannot use (a host pattern, a CIDR)
 
 
 class PortReason(enum.Enum):

@@ -38,6 +38,7 @@ from flux_system import (
     ConfinementError,
     FluxSystemError,
     ProcessReason,
+    SandboxReason,
     System,
     Workspace,
     WorkspaceError,
@@ -205,9 +206,14 @@ def _run(opts: ExecOptions, outcome: Outcome, sandbox: Sandbox) -> int:
         return EXIT_FLUX_ERROR
     try:
         system = System(ws, sandbox=sandbox)
-    except FluxSystemError as exc:  # the sandbox refused this workspace ($HOME, /)
+    except FluxSystemError as exc:  # the sandbox refused this workspace ($HOME, /) or a value
         ws.close()
-        _refused(outcome, exc, f"workspace {shown(opts.workspace)}: {exc.message}")
+        about = (
+            f"workspace {shown(opts.workspace)}"
+            if getattr(exc, "reason", None) is SandboxReason.WORKSPACE_COVERS_HOME
+            else "sandbox"
+        )
+        _refused(outcome, exc, f"{about}: {exc.message}")
         return EXIT_FLUX_ERROR
     with ws, system:
         try:

@@ -19,6 +19,7 @@ the far side's own guards and sandbox apply.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from typing import Any
@@ -79,7 +80,9 @@ def register(subparsers: Any) -> None:
 
 
 def _err(msg: str) -> None:
-    print(f"flux run: {msg}", file=sys.stderr)
+    from flux_runtime.cli._text import shown_text
+
+    print(f"flux run: {shown_text(msg)}", file=sys.stderr)
 
 
 def _sandbox(args: argparse.Namespace, ws: Any) -> Any:
@@ -102,6 +105,25 @@ def _sandbox(args: argparse.Namespace, ws: Any) -> Any:
             "(see flux doctor; --sandbox off runs them unconfined)"
         )
         return None
+
+
+def _writable_trees(args: argparse.Namespace) -> list[str]:
+    """Every tree the agent may write on a native workspace: the workspace and, unless
+    ``--sandbox off``, the profile's writable extra paths (``filesystem.read_write``),
+    read from the profile itself, so a sandbox that did not resolve still counts them.
+    The session store and the evidence log must lie outside all of them (resolved:
+    a symlink into one counts as inside). With ``--sandbox off`` the agent's processes
+    run unconfined and can write wherever the user can: only the workspace is checked.
+    """
+    from flux_system import FluxSystemError
+    from flux_system.sandbox import load_profile
+
+    trees = [args.workspace]
+    # No profile: no sandbox, so no process at all (said by _sandbox).
+    with contextlib.suppress(FluxSystemError, TypeError, ValueError):
+        if args.sandbox != "off":
+            trees += load_profile(args.profile).read_write
+    return trees
 
 
 def _openai(args: argparse.Namespace, model: str, secrets: Any) -> Any:
@@ -135,15 +157,24 @@ def _agent_http(args: argparse.Namespace) -> Any:
     Every request crosses the egress guard of ``flux_system.net``: public addresses
     only, a private or internal one only when ``--allow-host`` / ``--allow-private``
     grant it (the grants the provider's traffic gets too), on ports 80 and 443 and
-    those ``--allow-port`` adds. Whether a request is made
+    those ``--allow-port`` adds. No redirect is followed: a 3xx comes back with its
+    ``location``, and going there is a new request the policy decides on. Whether a
+    request is made
     at all is the policy's and the approver's decision (the default policy asks
     before each one).
     """
-    from flux_system.net import PrivateNetAllow, guarded_client
+    from flux_runtime._builtins_system import HTTP_BODY_CAP
+    from flux_system.net import PrivateNetAllow, RequestLimits, guarded_client
     from flux_system.port import GuardedHttp
 
     grants = PrivateNetAllow(hosts=tuple(args.allow_host), cidrs=tuple(args.allow_private))
-    return GuardedHttp(guarded_client(allow=grants, ports={80, 443, *args.allow_port}))
+    client = guarded_client(
+        allow=grants,
+        ports={80, 443, *args.allow_port},
+        limits=RequestLimits(max_body=HTTP_BODY_CAP),  # read no further than the cap
+        follow_redirects=False,  # each hop a new request, decided by the policy
+    )
+    return GuardedHttp(client)
 
 
 def _main(args: argparse.Namespace) -> int:
@@ -164,6 +195,7 @@ def _main(args: argparse.Namespace) -> int:
         default_store_path,
     )
     from flux_runtime._session import check_outside
+    from flux_runtime.cli._text import shown_text
     from flux_secret import Redactor, SecretError, SecretResolver
     from flux_system import FluxSystemError, Workspace
     from flux_system.port import Substrate, Unserved
@@ -208,7 +240,7 @@ def _main(args: argparse.Namespace) -> int:
                 else Unserved(f"this run (--sandbox {args.sandbox}: no sandbox available)"),
                 http=_agent_http(args),
             )
-            roots = [args.workspace]
+            roots = _writable_trees(args)
         closers.append(substrate)
         state = args.state or default_store_path()
         check_outside(state, roots)
@@ -216,7 +248,7 @@ def _main(args: argparse.Namespace) -> int:
         closers.append(store)
         evidence_path = args.evidence or os.path.join(os.path.dirname(state), "evidence.jsonl")
         if roots:
-            check_outside(evidence_path, roots)
+            check_outside(evidence_path, roots, "evidence log")
         log = EvidenceLog.open(evidence_path)
         closers.append(log)
     except (FluxSystemError, EnvelopeError, EvidenceError, OSError) as exc:
@@ -262,12 +294,12 @@ def _main(args: argparse.Namespace) -> int:
     print(f"flux run: session {result.session}: {result.status}", file=sys.stderr)
     for o in result.outcomes:
         mark = "ok" if o.get("ok") else f"FAILED ({o.get('reason')}): {o.get('error') or ''}"[:300]
-        print(f"  {o.get('op')}: {mark}", file=sys.stderr)
+        print(shown_text(f"  {o.get('op')}: {mark}"), file=sys.stderr)
     if result.status == "done":
-        print(result.answer or "")
+        print(shown_text(result.answer or ""))
         return EXIT_DONE
     if result.status == "suspended":
-        print(result.question or "")
+        print(shown_text(result.question or ""))
         print(
             f"flux run: answer with: flux run --model {args.model} --resume {result.session} "
             '"ANSWER"',

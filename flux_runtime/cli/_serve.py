@@ -107,11 +107,15 @@ def _serve(args: argparse.Namespace) -> int:
         return _fail(f"{exc} (see flux doctor)")
     http = None
     if args.allow_host or args.allow_private:
-        from flux_system.net import PrivateNetAllow, guarded_client
+        from flux_runtime._builtins_system import HTTP_BODY_CAP
+        from flux_system.net import PrivateNetAllow, RequestLimits, guarded_client
         from flux_system.port import GuardedHttp
 
         grants = PrivateNetAllow(hosts=tuple(args.allow_host), cidrs=tuple(args.allow_private))
-        http = GuardedHttp(guarded_client(allow=grants))
+        # The cap keeps a body inside one reply frame (base64: 4/3 of it, under 8 MiB).
+        limits = RequestLimits(max_body=HTTP_BODY_CAP)
+        # No redirect followed: the client's policy decides on each host (a new request).
+        http = GuardedHttp(guarded_client(allow=grants, limits=limits, follow_redirects=False))
     from flux_system.port import local_identity
 
     config = ServerConfig(

@@ -18,7 +18,10 @@ redirection, RFC 7535; in the registries, marked globally reachable),
 assignments to the AS112 project, in no special registry) and 192.52.193.0/24 and
 2001:3::/32 (AMT relays, RFC 7450; in the registries, globally reachable). They lie
 in public IPv4 space and inside 2000::/3, so only their own rows deny them: the
-classifier checks every row before the 2000::/3 rule.
+classifier checks every row before the 2000::/3 rule. So does 168.63.129.16/32, the
+Azure platform's virtual IP (WireServer, the VM agent's and the health probes'
+address, reachable from every Azure VM): public space that only a cloud's own
+services answer on, as 169.254.169.254 elsewhere.
 """
 
 from __future__ import annotations
@@ -73,6 +76,13 @@ _IPV4_ROWS: Final = (
     ("10.0.0.0/8", "private-use", "RFC 1918"),
     ("100.64.0.0/10", "shared address space (CGNAT)", "RFC 6598"),
     ("127.0.0.0/8", "loopback", "RFC 1122 §3.2.1.3"),
+    # Azure's platform address (decision 0031, amended 2026-12-01): public space, but
+    # every Azure VM reaches the WireServer and its VM-agent interfaces there.
+    (
+        "168.63.129.16/32",
+        "Azure platform virtual IP (WireServer)",
+        "Azure: what is IP address 168.63.129.16",
+    ),
     ("169.254.0.0/16", "link-local (cloud metadata)", "RFC 3927"),
     ("172.16.0.0/12", "private-use", "RFC 1918"),
     ("192.0.0.0/24", "IETF protocol assignments (whole /24)", "RFC 6890 §2.1"),

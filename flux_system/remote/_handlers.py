@@ -39,7 +39,7 @@ if typing.TYPE_CHECKING:
 
 __all__ = ["INLINE", "INLINE_READ", "Handlers", "Upload", "file_op"]
 
-INLINE = frozenset({"read_bytes", "stat", "exists", "is_dir", "list_dir"})
+INLINE = frozenset({"read_bytes", "stat", "resolve", "exists", "is_dir", "list_dir"})
 """Ops served on the reader thread itself when ``ServerLimits.inline_fs`` (the default)."""
 INLINE_READ = 64 * 1024
 """Largest read served inline; a larger file is read on a thread of its own."""
@@ -177,7 +177,9 @@ def file_op(config: ServerConfig, op: str, args: typing.Any) -> object:
             return ws.walk(args.path)
         return ws.walk(args.path, max_entries=args.max_entries)
     if op == "stat":
-        return encode_file_info(ws.stat(args.path))
+        return encode_file_info(ws.stat(args.path, follow_symlinks=args.follow_symlinks))
+    if op == "resolve":  # the far side's physical path (the runtime decides on it)
+        return str(ws.resolve(args.path))
     if op == "exists":
         return ws.exists(args.path)
     if op == "is_dir":

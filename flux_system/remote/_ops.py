@@ -57,6 +57,11 @@ class PathArgs(_Args):
     path: Path
 
 
+class StatArgs(_Args):
+    path: Path
+    follow_symlinks: bool = True
+
+
 class ReadArgs(_Args):
     path: Path
     limit: Size | None = None
@@ -150,7 +155,8 @@ ARGS: dict[str, type[_Args]] = {
     "rename": RenameArgs,
     "list_dir": ListArgs,
     "walk": WalkArgs,
-    "stat": PathArgs,
+    "stat": StatArgs,
+    "resolve": PathArgs,
     "exists": PathArgs,
     "is_dir": PathArgs,
     "run": RunArgs,
@@ -171,12 +177,14 @@ FILE_OPS = frozenset(
         "list_dir",
         "walk",
         "stat",
+        "resolve",
         "exists",
         "is_dir",
     }
 )
 IDEMPOTENT = frozenset(
-    {"read_bytes", "list_dir", "walk", "stat", "exists", "is_dir", "metrics", "identity"}
+    {"read_bytes", "list_dir", "walk", "stat", "resolve", "exists", "is_dir"}
+    | {"metrics", "identity"}
 )
 """Operations a client may retry after ``Unreachable``: they change nothing."""
 MUTATIONS = frozenset(ARGS) - IDEMPOTENT

@@ -117,8 +117,15 @@ class RemoteFiles:
     def walk(self, path: str = ".", *, max_entries: int | None = None) -> list[str]:
         return _names(self._c.call("walk", {"path": path, "max_entries": max_entries}), "walk")
 
-    def stat(self, path: str) -> FileInfo:
-        return decode_file_info(self._c.call("stat", {"path": path}))
+    def stat(self, path: str, *, follow_symlinks: bool = True) -> FileInfo:
+        args = {"path": path, "follow_symlinks": follow_symlinks}
+        return decode_file_info(self._c.call("stat", args))
+
+    def resolve(self, path: str) -> str:
+        """The far side's physical path of *path* beneath its root (for policy subjects
+        only: never a path to open)."""
+        where: str = _expect(self._c.call("resolve", {"path": path}), str, "resolve")
+        return where
 
     def exists(self, path: str) -> bool:
         return bool(_expect(self._c.call("exists", {"path": path}), bool, "exists"))

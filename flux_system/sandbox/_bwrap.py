@@ -33,6 +33,7 @@ from flux_system.sandbox._protected import Found
 __all__ = [
     "PROC_HIDDEN",
     "PROC_READ_ONLY",
+    "REMOUNT_RO",
     "BwrapView",
     "command_line",
     "memfd_with",
@@ -69,8 +70,24 @@ PROC_READ_ONLY: tuple[str, ...] = ("sys", "sysrq-trigger", "irq", "bus", "fs")
 # Host-global information in /proc, hidden behind the host's /dev/null: /proc/keys lists
 # the descriptions of every key the caller may view (the kernel keyring is not
 # namespaced), /proc/timer_list the host's timers with the names and pids of the tasks
-# that armed them (readable by root). Reading either gives nothing inside.
-PROC_HIDDEN: tuple[str, ...] = ("keys", "timer_list")
+# that armed them (readable by root). Then the root-only (0400) views of the host
+# kernel's memory a root caller would read: physical page flags and counts, slab and
+# vmalloc layout (what heap-grooming exploits read). Reading any gives nothing inside.
+PROC_HIDDEN: tuple[str, ...] = (
+    "keys",
+    "timer_list",
+    "kpageflags",
+    "kpagecount",
+    "kpagecgroup",
+    "slabinfo",
+    "pagetypeinfo",
+    "vmallocinfo",
+)
+# The last options of every launch, after every bind: the sandbox's own root and /dev
+# are tmpfs mounts bwrap makes writable, uncapped (tmpfs is memory: `head -c 10G
+# /dev/zero > /big` would take it from the host), and would let a run create /etc
+# files inside. Not recursive: the binds and capped tmpfs below keep their own modes.
+REMOUNT_RO: tuple[str, ...] = ("--remount-ro", "/dev", "--remount-ro", "/")
 _PROC_OPTS: tuple[str, ...] = (
     *(
         opt
@@ -123,13 +140,16 @@ def command_line(
     info_fd: int | None,
     cwd: str,
     env: Mapping[str, str],
+    tmpfs_size: int | None = None,
 ) -> tuple[list[str], list[int]]:
     """The NUL-separated options for ``--args`` and the fds bwrap must inherit.
 
     The command itself follows ``--`` on bwrap's real command line (bwrap takes it only
     from there; a command's argv is visible on the host in any case).
 
-    *roots* are ``(fd, physical path, writable)``; *protected* ``(root path, Found)``.
+    *roots* are ``(fd, physical path, writable)``; *protected* ``(root path, Found)``;
+    *tmpfs_size* caps each fresh tmpfs (``/tmp``, ``/dev/shm``, ``$HOME``), in bytes:
+    without it each may grow to the kernel's default, half of the host's memory.
     """
     opts = ["--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts"]
     opts += ["--unshare-cgroup-try"]
@@ -141,8 +161,9 @@ def command_line(
         opts.append("--disable-userns")
     opts += list(fixed)
     opts += ["--proc", "/proc", *_PROC_OPTS, "--dev", "/dev"]
-    opts += ["--tmpfs", "/tmp", "--tmpfs", "/dev/shm"]
-    opts += ["--perms", "0700", "--tmpfs", home]
+    size = [] if tmpfs_size is None else ["--size", str(tmpfs_size)]
+    opts += [*size, "--tmpfs", "/tmp", *size, "--tmpfs", "/dev/shm"]
+    opts += ["--perms", "0700", *size, "--tmpfs", home]
     fds: list[int] = []
     for fd, path, writable in roots:
         opts += ["--bind-fd" if writable else "--ro-bind-fd", str(fd), path]

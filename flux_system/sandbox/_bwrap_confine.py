@@ -29,6 +29,7 @@ from flux_system.process._confine import Denials, Launch
 from flux_system.sandbox._bwrap_init import reap_init, start_time
 from flux_system.sandbox._extra_paths import check_extra_paths
 from flux_system.sandbox._extras import RunExtras
+from flux_system.sandbox._profile import profile_dirs
 from flux_system.sandbox._protected import BUILTIN_PROTECTED, Found, find_protected
 
 if typing.TYPE_CHECKING:
@@ -87,12 +88,55 @@ def check_home(roots: list[tuple[int, str, bool]], allowed: bool) -> None:
             if home == path or home.startswith(path.rstrip("/") + "/") or path == "/":
                 what = "/" if path == "/" else f"the home directory {home}"
                 raise SandboxUnavailableError(
-                    f"the workspace {path} is or contains {what}; a sandbox would expose it "
+                    f"the writable path {path} is or contains {what}; a sandbox would expose it "
                     "(pass allow_home_workspace / --allow-home-workspace if this is meant)",
                     op="confine",
                     layer=path,
                     reason=SandboxReason.WORKSPACE_COVERS_HOME,
                 )
+
+
+def check_profile_file(profile: typing.Any, writable: typing.Iterable[str]) -> None:
+    """Refuse a profile file of the user's that lies inside a writable path (decision 0120).
+
+    A run could rewrite it, and the next sandbox made from it would be the run's
+    choice. The built-in profiles are part of the installed package, judged with it.
+
+    Raises:
+        SandboxUnavailableError: ``BAD_PROFILE`` naming the file and the writable path.
+    """
+    real = os.path.realpath(profile.source)
+    if os.path.dirname(real) in {str(d) for d in profile_dirs()}:
+        return  # built in: the package's own file
+    for path in writable:
+        base = os.path.realpath(path)
+        if real == base or real.startswith(base.rstrip("/") + "/"):
+            raise SandboxUnavailableError(
+                f"profile {profile.source} lies inside the writable path {base}: a run "
+                "could rewrite it for the next; keep profile files outside every "
+                "writable root",
+                op="confine",
+                layer=profile.source,
+                reason=SandboxReason.BAD_PROFILE,
+            )
+
+
+def _extra_dirs(paths: tuple[str, ...], owned: list[int]) -> list[tuple[int, str, bool]]:
+    """The extra writable paths that are directories, opened ``O_PATH`` (fds to *owned*).
+
+    Followed by name, as bwrap's ``--bind`` follows them: no symlink lies below a
+    writable tree on the way to them (checked when the ``System`` was made), so a link
+    on the way is the user's own.
+    """
+    out = []
+    for path in paths:
+        try:
+            fd = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            continue  # a file, or gone: it holds no protected path
+        owned.append(fd)
+        out.append((fd, path, True))
+    return out
 
 
 def _nested(found: list[tuple[str, Found]]) -> list[tuple[str, Found]]:
@@ -132,12 +176,21 @@ class BwrapConfinement:
         self._extra_rw = tuple(
             p for p in (*profile.read_write, *settings.read_write) if os.path.exists(p)
         )
+        # Extra writable paths are writable roots too: not $HOME or / (unless allowed),
+        # their protected paths bound read-only, and audited (decision 0119).
+        check_home([(-1, p, True) for p in self._extra_rw], settings.allow_home_workspace)
+        check_profile_file(profile, (*(p for _, p, w in self._roots if w), *self._extra_rw))
         self._visible = (
             visible | {p for _, p, _ in self._roots} | set(self._extra_ro) | set(self._extra_rw)
         )
         self._protected = (*BUILTIN_PROTECTED, *profile.protected)
         self._net = sandbox.network != "host"
+        if sandbox.network == "proxy":
+            from flux_system.sandbox._proxy_run import check_grants
+
+            check_grants(settings, profile)  # not per launch: a typed error, here
         self._disable_userns = host.bwrap.disable_userns
+        self._tmpfs_size = profile.tmpfs_size if host.bwrap.tmpfs_size else None
         self._seccomp = "seccomp" in sandbox._plan.active
         self._limits = limits_of(profile)
         self._plan = sandbox._plan
@@ -146,7 +199,7 @@ class BwrapConfinement:
         needs_launcher = self._plan.landlock_inside or sandbox.network == "proxy"
         if needs_launcher and self._plan.python is not None:
             self._launcher = (self._plan.python, self._launcher_binds(self._plan.python))
-        self._writable = tuple(p for _, p, w in self._roots if w)
+        self._writable = (*(p for _, p, w in self._roots if w), *self._extra_rw)
         self._landlock_read = (
             *visible,
             *(p for _, p, w in self._roots if not w),
@@ -231,7 +284,7 @@ class BwrapConfinement:
         launch = Launch(argv=(), executable=self._bwrap, env={}, owned_fds=owned)
         try:
             found: list[tuple[str, Found]] = []
-            for fd, path, writable in self._roots:
+            for fd, path, writable in (*self._roots, *_extra_dirs(self._extra_rw, owned)):
                 if writable:
                     for f in find_protected(fd, self._protected):
                         if f.fd is not None:
@@ -277,6 +330,7 @@ class BwrapConfinement:
                 info_fd=info_w,
                 cwd=cwd,
                 env=child_env,
+                tmpfs_size=self._tmpfs_size,
             )
             if self._launcher is not None:
                 opts += self._launcher[1]
@@ -284,6 +338,7 @@ class BwrapConfinement:
                 fds.append(spec_fd)
             if extras.proxy is not None:
                 opts += list(extras.proxy.bwrap_args)
+            opts += _bwrap.REMOUNT_RO  # after every bind: it needs its mount points made
             args_fd = _bwrap.memfd_with("flux-bwrap-args", _bwrap.encode_args(opts))
             owned.append(args_fd)
         except OSError as exc:

@@ -41,6 +41,7 @@ class BwrapInfo:
     usable: bool
     reason: str
     origin: str = "system"
+    tmpfs_size: bool = False  # bwrap >= 0.7 takes --size before --tmpfs
 
 
 @typing.final
@@ -106,22 +107,22 @@ def find_bwrap() -> tuple[str | None, str]:
 _BINARY_VERSION = re.compile(rb"bubblewrap (\d+(?:\.\d+)+)\0")
 
 
-def _scan_binary(path: str) -> tuple[str | None, bool]:
-    """The version and whether ``--disable-userns`` exists, read from the binary itself
-    (its usage text and ``--version`` string): no process for that."""
+def _scan_binary(path: str) -> tuple[str | None, bool, bool]:
+    """The version and whether ``--disable-userns`` and ``--size`` exist, read from the
+    binary itself (its usage text and ``--version`` string): no process for that."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
-        return None, False
+        return None, False, False
     try:
         data = os.read(fd, _MAX_BWRAP_BYTES)
     except OSError:
-        return None, False
+        return None, False, False
     finally:
         os.close(fd)
     match = _BINARY_VERSION.search(data)
     version = match.group(1).decode("ascii") if match else None
-    return version, b"--disable-userns\0" in data
+    return version, b"--disable-userns\0" in data, b"--size\0" in data
 
 
 def _trial(path: str) -> tuple[str | None, bool, str]:
@@ -168,16 +169,16 @@ def _bwrap_info(trial: bool) -> BwrapInfo:
     path, origin = find_bwrap()
     if path is None:
         return BwrapInfo(None, None, False, False, "bwrap not found (install bubblewrap)", origin)
-    scanned, disable_userns = _scan_binary(path)
+    scanned, disable_userns, size = _scan_binary(path)
     if not trial:
-        return BwrapInfo(path, scanned, disable_userns, True, "not tried", origin)
+        return BwrapInfo(path, scanned, disable_userns, True, "not tried", origin, size)
     key = (os.geteuid(), path)
     with _lock:
         hit = _cache.get(key)
     if hit is not None:
         return hit
     _, ok, why = _trial(path)
-    info = BwrapInfo(path, scanned, disable_userns, ok, why, origin)
+    info = BwrapInfo(path, scanned, disable_userns, ok, why, origin, size)
     with _lock:
         _cache[key] = info
     return info

@@ -28,7 +28,12 @@ import flux_system.sandbox._seccomp as _seccomp
 from flux_system._exceptions import SandboxReason, SandboxUnavailableError
 from flux_system.process import Limits
 from flux_system.process._confine import Denials, Launch
-from flux_system.sandbox._bwrap_confine import check_home, limits_of, workspace_roots
+from flux_system.sandbox._bwrap_confine import (
+    check_home,
+    check_profile_file,
+    limits_of,
+    workspace_roots,
+)
 from flux_system.sandbox._extra_paths import check_extra_paths
 from flux_system.sandbox._extras import RunExtras
 from flux_system.sandbox._protected import BUILTIN_PROTECTED
@@ -52,6 +57,11 @@ class LandlockConfinement:
         settings = sandbox.settings
         roots = workspace_roots(ws)
         check_home(roots, settings.allow_home_workspace)
+        extra_rw = tuple(
+            p for p in (*profile.read_write, *settings.read_write) if os.path.isdir(p)
+        )  # writable roots too (decision 0119): not $HOME or /, and audited
+        check_home([(-1, p, True) for p in extra_rw], settings.allow_home_workspace)
+        check_profile_file(profile, (*(p for _, p, w in roots if w), *extra_rw))
         check_extra_paths(
             (p for _, p, w in roots if w),
             settings.read_only,
@@ -100,7 +110,7 @@ class LandlockConfinement:
             )
         self._limits = limits_of(profile)
         self._sandbox = sandbox
-        self._writable = tuple(p for _, p, w in roots if w)
+        self._writable = (*(p for _, p, w in roots if w), *extra_rw)
         self._protected = (*BUILTIN_PROTECTED, *profile.protected)
 
     @property

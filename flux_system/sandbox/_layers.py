@@ -148,6 +148,18 @@ def _g(name: str, enforced: bool, by: str, reason: str) -> Guarantee:
     return Guarantee(name, enforced, by if enforced else "", reason)
 
 
+def _tmpfs_cap(profile: Profile | None, host: HostInfo | None) -> str:
+    size = profile.tmpfs_size if profile else None
+    if size is None:
+        return (
+            "not size-capped (the profile sets no limits.tmpfs_size): each may take "
+            "half of the host's memory"
+        )
+    if host is not None and not host.bwrap.tmpfs_size:
+        return "not size-capped: this bwrap has no --size (bubblewrap >= 0.7 has)"
+    return f"each capped at {size} bytes (limits.tmpfs_size)"
+
+
 def report_of(
     settings: SandboxSettings, profile: Profile | None, host: HostInfo | None, p: Plan
 ) -> SandboxReport:
@@ -218,9 +230,12 @@ def report_of(
             "private_tmp",
             bw,
             "bubblewrap",
-            "fresh tmpfs /tmp, /dev/shm and $HOME"
+            f"fresh tmpfs /tmp, /dev/shm and $HOME, {_tmpfs_cap(profile, host)}"
             if bw
-            else "Landlock cannot give a private /tmp; TMPDIR points at a per-sandbox directory",
+            else (
+                "Landlock cannot give a private /tmp; TMPDIR points at a per-sandbox "
+                "directory below the host's temporary directory, not size-capped"
+            ),
         ),
         _g(
             "pid_namespace",
@@ -231,7 +246,9 @@ def report_of(
             else "no pid namespace without bubblewrap: the host's processes are visible in "
             "/proc, their command lines and status readable (environ, memory, fds and cwd "
             "refused by Landlock's ptrace rule; signals scoped at ABI 6), and so are "
-            "/proc/keys (the descriptions of the caller's keys) and /proc/timer_list",
+            "/proc/keys (the descriptions of the caller's keys), /proc/timer_list and, "
+            "for a root caller, the kernel's memory views (/proc/slabinfo, kpageflags, "
+            "vmallocinfo, ...)",
         ),
         _g(
             "process_tree",

@@ -61,6 +61,7 @@ class Profile:
     cpu_seconds: int | None = None
     file_size: int | None = None
     address_space: int | None = None
+    tmpfs_size: int | None = None
     allow_netlink: bool = False
 
 
@@ -68,7 +69,14 @@ _TOP = {"description", "require", "restore", "filesystem", "network", "limits", 
 _TABLES: dict[str, set[str]] = {
     "filesystem": {"read_only", "etc", "read_write", "protected"},
     "network": {"mode", "allow_hosts", "allow_private"},
-    "limits": {"processes", "open_files", "cpu_seconds", "file_size", "address_space"},
+    "limits": {
+        "processes",
+        "open_files",
+        "cpu_seconds",
+        "file_size",
+        "address_space",
+        "tmpfs_size",
+    },
     "seccomp": {"allow_netlink"},
 }
 
@@ -166,6 +174,7 @@ def parse_profile(data: dict[str, object], *, name: str, source: str) -> Profile
         cpu_seconds=counts["cpu_seconds"],
         file_size=counts["file_size"],
         address_space=counts["address_space"],
+        tmpfs_size=counts["tmpfs_size"],
         allow_netlink=netlink,
     )
 

@@ -240,6 +240,18 @@ def git_dir_paths(root_fd: int) -> GitDirs:
 
 def find_protected(root_fd: int, names: tuple[str, ...]) -> list[Found]:
     """Open each of *names*, and each of :func:`git_dir_paths`, beneath *root_fd* (see
-    the module docstring); the absent ones are returned with ``skipped="absent"``."""
+    the module docstring); the absent ones are returned with ``skipped="absent"``.
+
+    A ``.git`` that is a regular file (a linked worktree's or a submodule checkout's
+    ``gitdir:`` pointer) is one too: rewritten, it would point the host's git at a
+    git directory of the run's choosing, with its hooks and config.
+    """
     extra = git_dir_paths(root_fd).paths
-    return [_open_one(root_fd, rel) for rel in (*names, *extra)]
+    found = [_open_one(root_fd, rel) for rel in (*names, *extra)]
+    try:
+        git = os.stat(".git", dir_fd=root_fd, follow_symlinks=False)
+    except OSError:
+        return found
+    if stat.S_ISREG(git.st_mode):
+        found.append(_open_one(root_fd, ".git"))
+    return found

@@ -28,10 +28,12 @@ from flux_system._exceptions import (
 from flux_system.net import EgressPolicy, PrivateNetAllow, Resolver, dial_tcp
 from flux_system.net._url import parse_url
 from flux_system.sandbox._proxy_head import (
+    FRAMING,
     HeadError,
     RequestHead,
     answer,
     authority_of,
+    connection_names,
     origin_head,
     parse_head,
     read_head,
@@ -69,7 +71,8 @@ class EgressProxy:
     connection: upstream is asked to close, and nothing the client sends after the
     declared body is forwarded, so a second request cannot ride along to the vetted
     host with another ``Host``); chunked request bodies on plain HTTP (refused: use
-    HTTPS, i.e. CONNECT).
+    HTTPS, i.e. CONNECT), and so is a ``Connection`` header naming ``Content-Length``
+    or ``Transfer-Encoding`` (dropping that header would leave the body unframed).
 
     Raises (constructor): TypeError, ValueError for bad settings.
     """
@@ -391,7 +394,7 @@ class EgressProxy:
                 client, ProxyDenial(head.method, host, url.port, "https_requires_connect", 400)
             )
             return None
-        if head.values("transfer-encoding"):
+        if head.values("transfer-encoding") or connection_names(head) & FRAMING:
             self._refuse(client, ProxyDenial(head.method, host, url.port, "bad_request", 400))
             return None  # unframed bodies are not carried: the body is relayed by length
         lengths = head.values("content-length")

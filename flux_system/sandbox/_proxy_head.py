@@ -15,12 +15,14 @@ from dataclasses import dataclass
 from typing import Final, final
 
 __all__ = [
+    "FRAMING",
     "MAX_HEADERS",
     "MAX_HEAD_BYTES",
     "HeadError",
     "RequestHead",
     "answer",
     "authority_of",
+    "connection_names",
     "origin_head",
     "parse_head",
     "read_head",
@@ -199,11 +201,21 @@ def authority_of(host: str, port: int) -> str:
     return name if port == 80 else f"{name}:{port}"
 
 
+def connection_names(head: RequestHead) -> frozenset[str]:
+    """The header names the ``Connection`` header lists (lower case): hop-by-hop, dropped."""
+    return frozenset(
+        token.strip().lower() for value in head.values("connection") for token in value.split(",")
+    )
+
+
+FRAMING: Final = frozenset({"content-length", "transfer-encoding"})
+"""Headers that frame a body: a request whose ``Connection`` names one is refused (the
+origin would get the body unframed, read as a second request of the client's choice)."""
+
+
 def origin_head(head: RequestHead, target: str, authority: str) -> bytes:
     """The request head as the origin server gets it: origin-form, our Host, no hop-by-hop."""
-    named = {
-        token.strip().lower() for value in head.values("connection") for token in value.split(",")
-    }
+    named = connection_names(head)
     lines = [f"{head.method} {target} {head.version}", f"Host: {authority}"]
     lines += [
         f"{name}: {value}"

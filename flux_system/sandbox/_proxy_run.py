@@ -10,15 +10,21 @@ the proxy and returns its refusals as the run's denial records.
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Iterable
 from typing import Final, final
 
-from flux_system.net import Resolver
+from flux_system._exceptions import SandboxReason, SandboxUnavailableError
+from flux_system.net import EgressPolicy, PrivateNetAllow, Resolver
 from flux_system.process._confine import Denial
 from flux_system.sandbox._forwarder import FORWARDER_PORT, SANDBOX_SOCKET, proxy_environment
 from flux_system.sandbox._proxy import EgressProxy, ProxyDenial, ProxySettings
 
-__all__ = ["LIFELINE_DEADLINE", "ProxyRun", "as_denials"]
+if typing.TYPE_CHECKING:
+    from flux_system.sandbox._profile import Profile
+    from flux_system.sandbox._settings import SandboxSettings
+
+__all__ = ["LIFELINE_DEADLINE", "ProxyRun", "as_denials", "check_grants"]
 
 #: Seconds for the launcher to connect its lifeline after the proxy started; past
 #: that the run is taken as failed to start and the proxy closes (generous: the
@@ -112,3 +118,29 @@ def as_denials(denials: Iterable[ProxyDenial]) -> tuple[Denial, ...]:
         what = " ".join(part for part in (d.method or "", target) if part) or "request"
         out.append(Denial(layer="proxy", what=what, errno=None, detail=d.reason))
     return tuple(out)
+
+
+def check_grants(settings: SandboxSettings, profile: Profile) -> None:
+    """The proxy's host patterns and CIDRs parse (else each launch would raise).
+
+    Raises:
+        SandboxUnavailableError: ``BAD_SETTING`` (*settings*' ``allow_hosts`` or
+            ``allow_private``, named in ``layer``) or ``BAD_PROFILE`` (the profile's).
+    """
+    for of_profile in (True, False):
+        src = profile if of_profile else settings
+        for key, values in (("allow_hosts", src.allow_hosts), ("allow_private", src.allow_private)):
+            try:
+                if key == "allow_hosts":
+                    EgressPolicy(allow_hosts=values)
+                    PrivateNetAllow(hosts=values)
+                else:
+                    PrivateNetAllow(cidrs=values)
+            except ValueError as exc:
+                msg = str(exc) if str(exc).startswith(key) else f"{key}: {exc}"
+                raise SandboxUnavailableError(
+                    f"profile {profile.source}: {msg}" if of_profile else msg,
+                    op="confine",
+                    layer=f"{profile.source}:network.{key}" if of_profile else key,
+                    reason=SandboxReason.BAD_PROFILE if of_profile else SandboxReason.BAD_SETTING,
+                ) from None

@@ -152,7 +152,10 @@ class Sandbox:
 
         Raises:
             SandboxUnavailableError: ``WORKSPACE_COVERS_HOME`` — the workspace is, or
-                contains, ``$HOME`` or ``/`` and ``allow_home_workspace`` is not set.
+                contains, ``$HOME`` or ``/`` and ``allow_home_workspace`` is not set;
+                with network ``proxy``, ``BAD_SETTING`` (a bad ``allow_hosts`` pattern
+                or ``allow_private`` CIDR, named in ``layer``) or ``BAD_PROFILE`` (the
+                profile's, ``layer`` ``FILE:network.KEY``).
             TypeError: *ws* is not a ``Workspace``.
         """
         if self._plan.backend == "none":

@@ -21,6 +21,14 @@ Default allow; the deny list below fails with ``EPERM`` (or answers as noted).
   Landlock-only backend with no network, where no namespace removes the interfaces).
 - Foreign architectures (i386 and x32 syscalls from an x86_64 process) kill the
   process: libseccomp's bad-architecture action.
+- With ``guard_tid`` (the Landlock-only spawner thread, which shares its Landlock
+  domain with the children it forks, so Landlock's signal scope lets them reach it):
+  ``kill``/``rt_sigqueueinfo``/``tkill``/``tgkill``/``rt_tgsigqueueinfo`` naming that
+  thread's id, ``pidfd_open`` of a single thread (``PIDFD_THREAD``) and
+  ``fcntl(F_SETOWN_EX)`` (whose owner may name a thread) are refused, and
+  ``pidfd_send_signal`` answers ``ENOSYS`` (its target is an fd, which a filter cannot
+  read: ``/proc/<tid>`` opened as a directory names the thread; callers fall back to
+  ``kill``, as on kernels before 5.1). A signal to a thread is one to its process.
 
 Guarantee: the program is exported by libseccomp for the native architecture only.
 Not guaranteed: what a denied call's caller does with the errno.
@@ -102,6 +110,8 @@ DENIED_SYSCALLS: tuple[str, ...] = (
     "vhangup",
     "fanotify_init",
     "name_to_handle_at",
+    "pidfd_getfd",  # another process's fds, checked like ptrace (which is denied too)
+    "kcmp",
 )
 
 # The Landlock-only backend adds these: Landlock (ABI <= 7) has no right for changing
@@ -187,6 +197,18 @@ WHO_USER: dict[str, int] = {"setpriority": 2, "ioprio_set": 3}  # PRIO_USER, IOP
 TIOCSTI = 0x5412
 TIOCLINUX = 0x541C
 _LOW32 = 0xFFFFFFFF
+PIDFD_THREAD = 0o200  # O_EXCL
+F_SETOWN_EX = 15
+# Where each call that can signal one thread takes its id: kill(tid) signals the
+# thread's whole process, and the permission check (Landlock's too) is made on the
+# thread named, so kill and rt_sigqueueinfo are in the list as well.
+TID_ARG: dict[str, int] = {
+    "kill": 0,
+    "rt_sigqueueinfo": 0,
+    "tkill": 0,
+    "tgkill": 1,
+    "rt_tgsigqueueinfo": 1,
+}
 _AF_MAX = 64  # families above this answer EAFNOSUPPORT as one range
 
 
@@ -198,6 +220,7 @@ class FilterSpec:
     deny_inet: bool = False
     notify: bool = False  # denials go to a user-notification listener (and fail there)
     extra_denied: tuple[str, ...] = ()
+    guard_tid: int = 0  # a host thread the children must not signal (0: none)
 
 
 def _cmp(arg: int, op: int, a: int, b: int = 0) -> L.ArgCmp:
@@ -248,6 +271,8 @@ def build(lib: L.LibSeccomp, spec: FilterSpec) -> int:
         if ioctl is not None:
             for cmd in (TIOCSTI, TIOCLINUX):
                 lib.rule(ctx, eperm, ioctl, (_cmp(1, L.CMP_MASKED_EQ, _LOW32, cmd),))
+        if spec.guard_tid:
+            _guard_thread(lib, ctx, eperm, spec.guard_tid)
         sock = lib.resolve("socket")
         if sock is not None:
             allowed = _allowed_families(spec)
@@ -259,6 +284,23 @@ def build(lib: L.LibSeccomp, spec: FilterSpec) -> int:
     except BaseException:
         lib.release(ctx)
         raise
+
+
+def _guard_thread(lib: L.LibSeccomp, ctx: int, action: int, tid: int) -> None:
+    # pid_t and the fcntl command are ints: compared on the low 32 bits.
+    for name, arg in TID_ARG.items():
+        nr = lib.resolve(name)
+        if nr is not None:
+            lib.rule(ctx, action, nr, (_cmp(arg, L.CMP_MASKED_EQ, _LOW32, tid),))
+    nr = lib.resolve("pidfd_open")
+    if nr is not None:
+        lib.rule(ctx, action, nr, (_cmp(1, L.CMP_MASKED_EQ, PIDFD_THREAD, PIDFD_THREAD),))
+    nr = lib.resolve("fcntl")
+    if nr is not None:
+        lib.rule(ctx, action, nr, (_cmp(1, L.CMP_MASKED_EQ, _LOW32, F_SETOWN_EX),))
+    nr = lib.resolve("pidfd_send_signal")
+    if nr is not None:
+        lib.rule(ctx, L.act_errno(errno.ENOSYS), nr)
 
 
 def export_memfd(lib: L.LibSeccomp, spec: FilterSpec) -> int:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import errno
 import os
 import queue
@@ -33,6 +34,7 @@ import flux_system.sandbox._caps as _caps
 import flux_system.sandbox._landlock as _landlock
 import flux_system.sandbox._libseccomp as _libseccomp
 import flux_system.sandbox._seccomp as _seccomp
+import flux_system.sandbox._undumpable as _undumpable
 from flux_system.process._confine import Denial
 from flux_system.process._resident import Job, hand_off
 
@@ -71,6 +73,7 @@ class Spawner:
         self._pending: list[tuple[frozenset[int], Denial]] = []
         self.enforced: dict[str, bool] = {}
         self.tid: bytes = b""
+        self._undumpable = False
         self.serial = threading.Lock()
         self._lib = _libseccomp.load()
         self._thread = threading.Thread(
@@ -120,7 +123,12 @@ class Spawner:
         if lib is None:
             raise OSError(errno.ENOSYS, "libseccomp.so.2 not found")
         _caps.drop_all()  # this thread only: an exec by root then gains no capability
+        # The children share this thread's Landlock domain: its memory, environment
+        # and fds are kept from them (non-dumpable), so are signals aimed at it.
+        _undumpable.hold()
+        self._undumpable = True
         self.enforced = _landlock.restrict(rules)  # sets no_new_privs on this thread
+        spec = dataclasses.replace(spec, guard_tid=threading.get_native_id())
         program = _seccomp.export_bytes(lib, spec)
         # This thread only (no TSYNC); our own listener fd (not libseccomp's global one).
         self._notify_fd = _libseccomp.install_bpf(lib, program, new_listener=spec.notify)
@@ -235,6 +243,9 @@ class Spawner:
             with contextlib.suppress(OSError):
                 os.close(self._notify_fd)
             self._notify_fd = -1
+        if self._undumpable:
+            self._undumpable = False
+            _undumpable.release()
 
 
 def _detail(name: str, args: tuple[int, ...]) -> str:

@@ -38,6 +38,7 @@ __all__ = [
     "OPENERS",
     "RESOLVERS",
     "Opener",
+    "link_free",
     "openat2_available",
 ]
 
@@ -122,6 +123,29 @@ def openat2_available() -> bool:
             os.close(fd)
     _openat2_state.append(ok)
     return ok
+
+
+_NO_LINKS = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_SYMLINKS
+
+
+def link_free(rootfd: int, path: bytes) -> bool:
+    """Whether *path* exists beneath *rootfd* reached through no symlink at all.
+
+    One ``openat2(O_PATH, RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS|RESOLVE_NO_MAGICLINKS)``:
+    True only when the kernel found every component, none of them a link. False for
+    anything else — a link anywhere, a missing component, no ``openat2`` here — which
+    means "cannot tell", not "has a link".
+    """
+    if not openat2_available():
+        return False
+    fd: int = _syscall(_OPENAT2_NR, rootfd, path, _how(_LINK_FREE_FLAGS, 0, _NO_LINKS), _HOW_SIZE)
+    if fd < 0:
+        return False
+    os.close(fd)
+    return True
+
+
+_LINK_FREE_FLAGS = os.O_PATH | os.O_CLOEXEC
 
 
 def _escape(op: str, display: str, reason: ConfinementReason, what: str) -> PathEscapeError:

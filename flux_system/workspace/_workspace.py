@@ -14,6 +14,7 @@ from flux_system.workspace._base import DIR, LISTABLE, PATH, err
 from flux_system.workspace._fileinfo import FileInfo
 from flux_system.workspace._mutate import Mutations
 from flux_system.workspace._pathname import as_text
+from flux_system.workspace._resolve import link_free
 from flux_system.workspace._walk import list_names, walk_tree
 
 __all__ = ["Workspace"]
@@ -309,6 +310,25 @@ class Workspace(Mutations):
                 return walk_tree(fd, prefix, max_entries=max_entries, op=op, display=display)
             finally:
                 os.close(fd)
+
+    def link_free(self, path: str | os.PathLike[str]) -> bool:
+        """Whether *path* exists and is reached beneath its root through no symlink.
+
+        Then it resolves to the name given (:meth:`resolve` would return its root's
+        path joined with it, normalized): a caller deciding on where a path leads can
+        skip the resolution. One ``openat2`` with ``RESOLVE_NO_SYMLINKS``. False means
+        "cannot tell" (a link somewhere, a missing component, a kernel without
+        ``openat2``): ask :meth:`resolve`. Like :meth:`resolve`, for policy subjects
+        only: the tree may change right after.
+
+        Raises:
+            InvalidPathError, PathEscapeError (outside every root), WorkspaceError
+            (``CLOSED``).
+        """
+        root, rel, display = self._locate(path, "link_free")
+        if root.fd < 0:
+            raise err("link_free", display, WorkspaceReason.CLOSED, "workspace is closed")
+        return not self._unconfined and link_free(root.fd, rel)
 
     def resolve(self, path: str | os.PathLike[str]) -> pathlib.Path:
         """The physical absolute path *path* resolves to beneath its root.

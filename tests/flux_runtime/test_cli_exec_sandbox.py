@@ -178,3 +178,13 @@ def test_report_has_layers_and_denials(tmp_path: Path) -> None:
     ]
     names = {g["name"]: g["enforced"] for g in sandbox["guarantees"]}
     assert names["pid_namespace"] is False and names["seccomp"] is True
+
+
+def test_a_bad_grant_is_named_as_the_sandbox_s_not_the_workspace_s(
+    tmp_path: Path, capfdbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    code = _exec(tmp_path, "--net", "proxy", "--allow-private", "10.0.0.0/33", "--", "true")
+    err = capfdbinary.readouterr().err.decode()
+    assert code == EXIT_FLUX_ERROR
+    assert err.startswith("flux exec: sandbox: ") and "allow_private" in err, err
+    assert "workspace" not in err.split("(")[0]

@@ -232,3 +232,33 @@ def test_web_fetch_on_a_native_workspace_crosses_the_guard(tmp_path: Path) -> No
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_store_and_log_stay_outside_every_tree_the_agent_may_write(tmp_path: Path) -> None:
+    # The profile's writable extra paths are as writable to the agent's processes as
+    # the workspace: the store and the log used to be checked against the workspace only.
+    ws, extra = _ws(tmp_path), tmp_path / "shared-rw"
+    extra.mkdir()
+    profile = tmp_path / "rw.toml"
+    default = ROOT / "flux_system" / "sandbox" / "profiles" / "default.toml"
+    profile.write_text(
+        default.read_text().replace("read_write = []", f"read_write = [{str(extra)!r}]")
+    )
+    (tmp_path / "link").symlink_to(extra)
+    base = ("--model", f"scripted:{DEMO}", "--workspace", str(ws), "--profile", str(profile))
+    ev = ("--evidence", str(tmp_path / "ev.jsonl"))
+    ok_state = ("--state", str(tmp_path / "st" / "s.db"))
+    for where in (
+        ("--state", str(extra / "s.db"), *ev),
+        ("--state", str(tmp_path / "link" / "s.db"), *ev),
+        (*ok_state, "--evidence", str(extra / "ev.jsonl")),
+        (*ok_state, "--evidence", str(tmp_path / "link" / "sub" / "ev.jsonl")),
+        (*ok_state, "--evidence", str(ws / "ev.jsonl")),
+    ):
+        code, _, err = _run(tmp_path, *base, *where, "--approve", "deny", PROMPT)
+        assert code == 2 and "inside a writable root" in err, (where, err)
+        assert str(extra) in err or str(ws) in err
+    assert list(extra.iterdir()) == []
+    # Positive control: the same run with both outside starts the turn.
+    code, _, err = _run(tmp_path, *base, *ok_state, *ev, "--approve", "deny", PROMPT)
+    assert "inside a writable root" not in err and "records verified" in err, err

@@ -46,3 +46,21 @@ def test_state_survives_reopen_and_directory_is_private(tmp_path: Path) -> None:
     assert info.value.reason is EnvelopeReason.SESSION
     again.close()
     assert os.stat(path.parent).st_mode & 0o077 == 0
+
+
+def test_a_new_store_is_readable_by_its_owner_only(tmp_path: Path) -> None:
+    # The directory is made 0700 only when it is created: in one that already existed
+    # (0755), the database (sessions and the receipt key) was created 0644.
+    import os
+
+    from flux_runtime import SessionStore
+
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o755)
+    os.chmod(shared, 0o755)
+    store = SessionStore(str(shared / "s.db"))
+    store.save("s1", {"stage": "done"}, "done")  # a write: the WAL exists now
+    assert store.receipt_key()  # positive control: the key lives in this file
+    for name in ("s.db", "s.db-wal"):
+        assert (shared / name).stat().st_mode & 0o777 == 0o600, name
+    store.close()

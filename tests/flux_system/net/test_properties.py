@@ -39,6 +39,7 @@ BLOCKED_V4 = [
         "192.31.196.0/24",
         "192.52.193.0/24",
         "192.175.48.0/24",
+        "168.63.129.16/32",  # Azure's platform address (0031, amended)
     ]
 ]
 GLOBAL_UNICAST = IPv6Network("2000::/3")

@@ -105,7 +105,10 @@ def test_a_bad_token_is_in_no_answer_and_no_log_line(tmp_path: Path) -> None:
 
 
 def _server(root: Path) -> PortServer:
-    return PortServer(ServerConfig(Workspace(root)), log=lambda line: None)
+    """A server of a workspace beneath *root* (its sockets go beside it, not inside)."""
+    ws = root / "served"
+    ws.mkdir(exist_ok=True)
+    return PortServer(ServerConfig(Workspace(ws)), log=lambda line: None)
 
 
 def test_a_planted_symlink_at_the_socket_path_is_refused(tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ import pytest
 from flux_system import PortError, UnreachableError
 from flux_system.port import Substrate
 from flux_system.remote import connect
+from flux_system.remote._ops import FILE_OPS
 
 SERVER_INFO = {
     "hostname": "h",
@@ -35,23 +36,7 @@ SERVER_INFO = {
     "sandbox": [],
     "workspace": "/w",
 }
-OPS = sorted(
-    [
-        "read_bytes",
-        "write_bytes",
-        "append_bytes",
-        "mkdir",
-        "remove",
-        "rename",
-        "list_dir",
-        "walk",
-        "stat",
-        "exists",
-        "is_dir",
-        "metrics",
-        "identity",
-    ]
-)
+OPS = sorted(FILE_OPS | {"metrics", "identity"})  # what a files-only server announces
 
 
 def welcome(**limits: float) -> dict[str, Any]:

@@ -43,6 +43,14 @@ def require_landlock(abi: int = 1) -> _host.HostInfo:
     return host
 
 
+def require_backend(backend: str) -> None:
+    """Skip unless *backend* (``"bwrap"`` or ``"landlock"``, ABI >= 6) can run here."""
+    if backend == "bwrap":
+        require_bwrap()
+    else:
+        require_landlock(6)
+
+
 def require_unprivileged() -> None:
     require(os.geteuid() == 0, "root, to switch to uid 65534 for the unprivileged runs")
     require(shutil.which("setpriv") is not None, "setpriv (util-linux)")

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from flux_system import SandboxReason, SandboxUnavailableError
-from flux_system.sandbox import BUILTIN_PROFILES, load_profile
+from flux_system import SandboxReason, SandboxUnavailableError, System, Workspace
+from flux_system.sandbox import BUILTIN_PROFILES, Sandbox, SandboxSettings, load_profile
 from flux_system.sandbox._profile import profile_dirs
+from tests.flux_system.sandbox._support import require_backend
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -109,3 +110,30 @@ def test_profiles_in_the_source_tree_match_the_package_copy() -> None:
     assert src in profile_dirs()
     for name in BUILTIN_PROFILES:
         assert (src / f"{name}.toml").is_file()
+
+
+# -- a profile file inside a writable root (decision 0120) ------------------------------
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "landlock"])
+def test_a_profile_file_inside_a_writable_root_is_refused(tmp_path: Path, backend: str) -> None:
+    require_backend(backend)
+    text = (profile_dirs()[0] / "default.toml").read_text()
+    outside = tmp_path / "outside.toml"
+    outside.write_text(text)
+    ws_dir = tmp_path / "ws"
+    ws_dir.mkdir()
+    inside = ws_dir / "ci.toml"
+    inside.write_text(text)
+    for path, refused in ((outside, False), (inside, True)):  # outside: the control
+        settings = SandboxSettings(mode="on", backend=backend, profile=str(path))
+        sandbox = Sandbox.resolve(settings)
+        with Workspace(ws_dir) as ws:
+            if not refused:
+                with System(ws, sandbox=sandbox) as system:
+                    assert system.run(["true"]).exit_code == 0
+                continue
+            with pytest.raises(SandboxUnavailableError) as err:
+                System(ws, sandbox=sandbox)
+        assert err.value.reason is SandboxReason.BAD_PROFILE
+        assert str(inside) in str(err.value) and "writable" in str(err.value)
