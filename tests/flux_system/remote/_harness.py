@@ -13,7 +13,8 @@ import ssl
 import struct
 import sys
 import tempfile
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -126,3 +127,22 @@ def child_server_code(root: Path, path: str) -> str:
 
 
 PYTHON = sys.executable
+
+
+def guarded(call: Callable[[], object], *, guard: float = 30.0) -> object:
+    """*call* on a thread; its value, or its exception re-raised. A hang fails the test."""
+    out: list[object] = []
+
+    def go() -> None:
+        try:
+            out.append(call())
+        except BaseException as exc:
+            out.append(exc)
+
+    thread = threading.Thread(target=go, daemon=True)
+    thread.start()
+    thread.join(guard)
+    assert not thread.is_alive(), f"the call hung for {guard} s"
+    if isinstance(out[0], BaseException):
+        raise out[0]
+    return out[0]

@@ -24,6 +24,7 @@ from flux_system import PortError, UnreachableError
 from flux_system.port import Substrate
 from flux_system.remote import connect
 from flux_system.remote._ops import FILE_OPS
+from tests.flux_system.remote._harness import guarded
 
 SERVER_INFO = {
     "hostname": "h",
@@ -105,21 +106,13 @@ def hostile(behave: Behaviour) -> Iterator[str]:
         os.rmdir(where)
 
 
-def guarded(fn: Callable[[], object], *, guard: float = 30.0) -> BaseException | object:
-    """Run *fn* on a thread; its exception or value. A hang fails the test."""
-    out: list[object] = []
-
-    def go() -> None:
-        try:
-            out.append(fn())
-        except BaseException as exc:
-            out.append(exc)
-
-    thread = threading.Thread(target=go, daemon=True)
-    thread.start()
-    thread.join(guard)
-    assert not thread.is_alive(), f"the client hung for {guard} s"
-    return out[0]
+def caught(call: Callable[[], object]) -> BaseException:
+    """The exception *call* raises (on a thread; a hang fails the test)."""
+    try:
+        guarded(call)
+    except BaseException as exc:
+        return exc
+    raise AssertionError("the call did not fail")
 
 
 def then_welcome(after: Behaviour, **limits: float) -> Behaviour:
@@ -140,7 +133,7 @@ def test_a_server_that_never_answers_the_hello_times_the_connect_out() -> None:
         conn.recv(1)  # and then nothing, until the client gives up
 
     with hostile(silent) as target:
-        got = guarded(lambda: connect(target, timeout=0.5))
+        got = caught(lambda: connect(target, timeout=0.5))
     assert heard.is_set()
     assert isinstance(got, UnreachableError), got
     assert "no handshake answer within 0.5 s" in got.message
@@ -160,7 +153,7 @@ def test_a_download_past_the_reads_limit_is_refused() -> None:
     with hostile(then_welcome(endless)) as target:
         sub = connect(target, timeout=5)
         try:
-            got = guarded(lambda: sub.files.read_bytes("f", limit=10))
+            got = caught(lambda: sub.files.read_bytes("f", limit=10))
         finally:
             sub.close()
     assert sent[0] >= 1 << 20  # positive control: the flood was sent
@@ -180,7 +173,7 @@ def test_a_download_for_a_call_that_reads_nothing_is_refused() -> None:
     with hostile(then_welcome(misroute)) as target:
         sub = connect(target, timeout=5)
         try:
-            got = guarded(lambda: sub.files.stat("f"))
+            got = caught(lambda: sub.files.stat("f"))
         finally:
             sub.close()
     assert isinstance(got, UnreachableError), got
@@ -212,7 +205,7 @@ def test_a_number_past_floats_range_is_a_protocol_error(mtime: str) -> None:
     with hostile(then_welcome(_stat_value(mtime))) as target:
         sub = connect(target, timeout=5)
         try:
-            got = guarded(lambda: sub.files.stat("f"))
+            got = caught(lambda: sub.files.stat("f"))
         finally:
             sub.close()
     assert isinstance(got, PortError), got  # was OverflowError

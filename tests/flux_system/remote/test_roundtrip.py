@@ -20,7 +20,7 @@ from flux_system import (
     Workspace,
 )
 from flux_system.remote import ServerLimits, connect
-from tests.flux_system.remote._harness import served
+from tests.flux_system.remote._harness import guarded, served
 
 
 @pytest.fixture
@@ -268,7 +268,6 @@ def test_native_workspace_is_a_files_port(tmp_path: Path) -> None:
 
 
 def test_streamed_stdin_reaches_the_child_with_back_pressure(tmp_path: Path) -> None:
-    import typing
 
     from flux_system.remote._parts import RemoteProcesses
 
@@ -384,7 +383,7 @@ def test_a_name_that_is_not_utf8_fails_its_call_not_the_connection(tmp_path: Pat
         assert "\udcff-name" in srv.workspace.list_dir(".")  # positive control: it is there
         for call in (lambda: sub.files.list_dir("."), lambda: sub.files.walk(".")):
             with pytest.raises(RefusedError, match="not valid UTF-8"):
-                _guarded(call)
+                guarded(call)
         assert sub.files.list_dir("sub") == []  # the same connection still serves
 
 
@@ -394,32 +393,13 @@ def test_a_result_larger_than_a_frame_fails_its_call_not_the_connection(tmp_path
     limits = ServerLimits(max_frame=2048, max_chunk=1024)
     with served(tmp_path, limits=limits) as srv, connect(srv.target) as sub:
         with pytest.raises(RefusedError, match="exceeds the 2048-byte ceiling"):
-            _guarded(lambda: sub.files.walk("."))
+            guarded(lambda: sub.files.walk("."))
         with pytest.raises(RefusedError, match="exceeds the 2048-byte ceiling"):
-            _guarded(lambda: sub.files.list_dir("."))
+            guarded(lambda: sub.files.list_dir("."))
         # A run whose result cannot travel did run: its outcome is unknown, not refused.
         with pytest.raises(UnknownOutcomeError, match="it ran"):
-            _guarded(lambda: sub.processes.run(["/bin/sh", "-c", "head -c 4000 /dev/zero"]))
+            guarded(lambda: sub.processes.run(["/bin/sh", "-c", "head -c 4000 /dev/zero"]))
         assert sub.files.exists("a-rather-long-file-name-0000") is True  # still up
-
-
-def _guarded(call: typing.Callable[[], object]) -> object:
-    """*call* on a thread, its exception re-raised; a hang fails the test."""
-    out: list[object] = []
-
-    def go() -> None:
-        try:
-            out.append(call())
-        except BaseException as exc:
-            out.append(exc)
-
-    thread = threading.Thread(target=go, daemon=True)
-    thread.start()
-    thread.join(30)
-    assert not thread.is_alive(), "the call hung"
-    if isinstance(out[0], BaseException):
-        raise out[0]
-    return out[0]
 
 
 def test_an_error_naming_a_path_that_is_not_utf8_still_travels(tmp_path: Path) -> None:
