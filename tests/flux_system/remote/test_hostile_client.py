@@ -574,3 +574,80 @@ def test_a_socket_in_a_directory_others_can_rearrange_is_refused(tmp_path: Path)
     if os.geteuid() == 0:
         os.chown(base / "run", NOBODY, NOBODY)  # its owner may do as it likes there
         assert f"owned by uid {NOBODY}" in _listens(tmp_path, sock)
+
+
+def _spawn(rid: int, argv: list[str]) -> bytes:
+    return _msg({"type": "request", "id": rid, "op": "spawn", "args": {"argv": argv}})
+
+
+def _started(s: socket.socket) -> int:
+    got = json.loads(read_frames(s, count=1)[0])
+    assert got["type"] == "event" and got["event"] == "started", got
+    pid = got["pid"]
+    assert isinstance(pid, int)
+    return pid
+
+
+def _gone(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+@pytest.mark.parametrize(
+    ("rid", "ok"), [(2**53 - 1, True), (2**53, False), (0, False), (-1, False)]
+)
+def test_request_ids_at_and_past_their_bounds(tmp_path: Path, rid: int, ok: bool) -> None:
+    with served(tmp_path) as srv, contextlib.closing(raw_connect(srv.target)) as s:
+        s.sendall(frame(HELLO))
+        assert _first(s)["type"] == "welcome"
+        request = {"type": "request", "id": rid, "op": "exists", "args": {"path": "."}}
+        s.sendall(_msg(request))
+        got = _first(s)
+    if ok:
+        assert got == {"type": "result", "id": rid, "value": True}
+    else:
+        assert got["type"] == "goodbye" and got["reason"] == "protocol", got
+
+
+def test_an_id_reused_while_in_flight_ends_the_connection_and_its_children(
+    tmp_path: Path,
+) -> None:
+    with served(tmp_path) as srv, contextlib.closing(raw_connect(srv.target)) as s:
+        s.sendall(frame(HELLO))
+        assert _first(s)["type"] == "welcome"
+        s.sendall(_spawn(5, ["/bin/sleep", "300"]))
+        pid = _started(s)
+        assert not _gone(pid)  # positive control: the child runs
+        s.sendall(_msg({"type": "request", "id": 5, "op": "exists", "args": {"path": "."}}))
+        frames = read_frames(s)  # until the server closes
+    last = json.loads(frames[-1])
+    assert last["type"] == "goodbye" and "request id 5 is in use" in last["message"], last
+    for _ in range(100):
+        if _gone(pid):
+            break
+        threading.Event().wait(0.1)
+    assert _gone(pid)
+
+
+def test_a_cancel_reaches_only_its_own_connections_request(tmp_path: Path) -> None:
+    with served(tmp_path) as srv:
+        with contextlib.closing(raw_connect(srv.target)) as a:
+            a.sendall(frame(HELLO))
+            assert _first(a)["type"] == "welcome"
+            a.sendall(_spawn(1, ["/bin/sleep", "300"]))
+            pid = _started(a)
+            with contextlib.closing(raw_connect(srv.target)) as b:
+                b.sendall(frame(HELLO))
+                assert _first(b)["type"] == "welcome"
+                b.sendall(_msg({"type": "cancel", "id": 1}))  # A's id, from B
+                b.sendall(_msg({"type": "request", "id": 2, "op": "exists", "args": {"path": "."}}))
+                assert _first(b)["id"] == 2  # B's cancel was handled before this answer
+                assert not _gone(pid)
+            a.sendall(_msg({"type": "cancel", "id": 1}))  # positive control: A's own
+            ended = json.loads(read_frames(a, count=1)[0])
+            assert ended["type"] == "event" and ended["event"] == "exited", ended
+        assert _gone(pid)
