@@ -11,7 +11,11 @@ receive whose data arrived within :data:`SPIN_AFTER_S` lets the next one poll fo
 to :data:`MAX_SPIN_S`; one that waited longer makes the next one block at once — so a
 connection that is idle, or whose messages are far apart, never polls, and a busy one
 polls at most :data:`MAX_SPIN_S` per received message. One thread of a process polls at
-a time (the others block at once). (The threshold is above the
+a time (the others block at once), and it yields the CPU between two polls
+(``sched_yield``): a poller that kept its CPU from a runnable peer — on a busy host,
+often the very process whose answer it awaits — made a round trip three times slower
+(measured at load 5: 600 us without the yield, 200-275 us with it, 175-235 us not
+polling at all). (The threshold is above the
 budget because a woken thread's slow start is what the polling removes: without it the
 answers of a quick exchange arrive later than the budget, and polling never begins.)
 
@@ -24,6 +28,7 @@ zero because answers are slow).
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import time
@@ -38,6 +43,7 @@ SPIN_AFTER_S = 1e-3
 """A receive polls only if the previous one waited less than this."""
 
 _DONTWAIT = socket.MSG_DONTWAIT
+_yield = os.sched_yield
 # One thread of a process polls at a time: pollers hold the interpreter lock between
 # their non-blocking receives, so two of them slow each other and every other thread.
 _POLLING = threading.Lock()
@@ -75,6 +81,7 @@ class SpinBudget:
                     except BlockingIOError:
                         if clock() >= end:
                             break
+                        _yield()  # another runnable task on this CPU goes first
                         continue
                     self._learn(clock() - start)
                     return got
