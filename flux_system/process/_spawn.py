@@ -25,6 +25,7 @@ import resource
 import signal
 import subprocess
 import threading
+import time
 import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -165,6 +166,9 @@ def _translate(
 _SPAWN_FAILED = ProcessReason.SPAWN_FAILED
 
 
+_LOST_CHILD_LOOKS = 20  # x 5 ms
+
+
 def _no_survivor(
     tree: Tree, popen: subprocess.Popen[bytes], pidfd: int, pipe_fd: int | None
 ) -> int:
@@ -179,10 +183,18 @@ def _no_survivor(
     pid: int | None = getattr(popen, "pid", None)
     lost = pid is None
     if pid is None:
-        found = tree.our_members()
-        if not found and pipe_fd is not None:
-            holder = tree.holder_of(os.fstat(pipe_fd).st_ino)
-            found = [] if holder is None else [holder]
+        found: list[int] = []
+        # Looked for a few times: a child in the middle of its exec (or a v2 child just
+        # entering its cgroup) can briefly show in neither place. Only this path (a
+        # signal between the fork and Popen storing the pid) pays the wait.
+        for _ in range(_LOST_CHILD_LOOKS):
+            found = tree.our_members()
+            if not found and pipe_fd is not None:
+                holder = tree.holder_of(os.fstat(pipe_fd).st_ino)
+                found = [] if holder is None else [holder]
+            if found:
+                break
+            time.sleep(0.005)
         if not found:
             return pidfd
         pid = found[0]
