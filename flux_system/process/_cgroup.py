@@ -29,15 +29,18 @@ from flux_system.process._hierarchy import detect
 from flux_system.process._lease import MAX_NESTED, Lease
 
 __all__ = [
-    "POOL_MAX",
     "CgroupPool",
     "Lease",
+    "POOL_MAX",
+    "discard",
+    "drop_base",
     "hierarchy_version",
+    "new_lease",
     "pids_hierarchy_available",
     "process_limit_available",
     "remove_leftovers",
     "remove_tree",
-    "warm_up",
+    "take_base",
 ]
 
 POOL_MAX = 4  # empty cgroups one System keeps for reuse (each holds three or four fds)
@@ -119,7 +122,7 @@ def _v2_usable(path: str) -> bool:
         return "pids" in fh.read().split()
 
 
-def _take_base() -> _Base | None:
+def take_base() -> _Base | None:
     """Reference the base (created on first use); ``None`` without a usable hierarchy."""
     global _base, _unavailable  # noqa: PLW0603 - one base per process
     with _lock:
@@ -155,7 +158,7 @@ def _take_base() -> _Base | None:
         return _base
 
 
-def _drop_base(base: _Base) -> None:
+def drop_base(base: _Base) -> None:
     global _base  # noqa: PLW0603
     with _lock:
         base.users -= 1
@@ -176,33 +179,34 @@ def pids_hierarchy_available() -> bool:
 
 def process_limit_available() -> bool:
     """Whether tree cgroups get ``pids.max`` (a process limit that holds for root)."""
-    base = _take_base()
+    base = take_base()
     if base is None:
         return False
     pids = base.pids
-    _drop_base(base)
+    drop_base(base)
     return pids
 
 
 def hierarchy_version() -> int | None:
     """1 or 2: the hierarchy trees get their own cgroup in; ``None`` when unavailable."""
-    base = _take_base()
+    base = take_base()
     if base is None:
         return None
     version = base.version
-    _drop_base(base)
+    drop_base(base)
     return version
 
 
-def _discard(base: _Base | None, lease: Lease | None) -> None:
+def discard(base: _Base | None, lease: Lease | None) -> None:
+    """Remove *lease* (ending its resident thread) and drop the reference to *base*."""
     if lease is not None:
         lease.close_fds()
         remove_tree(lease.path)
     if base is not None:
-        _drop_base(base)
+        drop_base(base)
 
 
-def _new_lease(base: _Base) -> Lease | None:
+def new_lease(base: _Base) -> Lease | None:
     """A new tree cgroup below *base* (v1: with its resident thread); ``None`` on error."""
     name = f"t{next(_counter)}"
     path = os.path.join(base.path, name)
@@ -218,79 +222,6 @@ def _new_lease(base: _Base) -> Lease | None:
     with contextlib.suppress(OSError):
         lease.settle_resident()
     return lease
-
-
-@typing.final
-class _Warm:
-    """A tree cgroup made ahead, in the background, for this process's first tree."""
-
-    __slots__ = ("base", "claimed", "done", "lease", "pid")
-
-    def __init__(self) -> None:
-        self.claimed = False  # a pool asked for it (it goes to that pool or nowhere)
-        self.base: _Base | None = None
-        self.lease: Lease | None = None
-        self.done = threading.Event()
-        self.pid = os.getpid()
-
-    def make(self) -> None:
-        try:
-            base = _take_base()
-            if base is None:
-                return
-            lease = _new_lease(base)
-            if lease is None:
-                _drop_base(base)
-                return
-            self.base, self.lease = base, lease
-        finally:
-            self.done.set()
-
-    def discard(self) -> None:
-        """Remove what was made and not handed over (once :attr:`done`)."""
-        with _lock:
-            lease, base, self.lease, self.base = self.lease, self.base, None, None
-        _discard(base, lease)
-
-
-_warm: _Warm | None = None
-_WARM_WAIT_S = 5.0  # bound on waiting for the warm-up (one mkdir and one thread move)
-
-
-def warm_up() -> None:
-    """Start making this process's first tree cgroup in the background (decision 0029).
-
-    On cgroup v1 the first move of a thread into a cgroup after a quiet spell waits for
-    an RCU grace period (15-25 ms on an idle host, decision 0027); a program that
-    spawns soon after it starts (the ``flux exec`` command) can let that wait run while
-    it does other start-up work. The first :class:`CgroupPool` lease of this process
-    that finds no free cgroup takes what was made. Idempotent; does nothing without a
-    usable hierarchy. Guarantee: what no pool took is removed at interpreter exit (and
-    nothing is inherited by a forked child). Not guaranteed: that it finishes first —
-    the first acquire waits for it (bounded) or makes its own.
-    """
-    global _warm  # noqa: PLW0603 - one warm-up per process
-    with _lock:
-        if _warm is not None and _warm.pid == os.getpid():
-            return
-        warm = _warm = _Warm()
-    threading.Thread(target=warm.make, name="flux-cgroup-warm-up", daemon=True).start()
-
-
-def _take_warm() -> tuple[_Base, Lease] | None:
-    """The warm-up's base reference and lease, handed over once (its wait bounded)."""
-    with _lock:
-        warm = _warm
-        if warm is None or warm.pid != os.getpid() or warm.claimed:
-            return None
-        warm.claimed = True
-    if not warm.done.wait(_WARM_WAIT_S):
-        return None  # still running: the exit-time removal takes it
-    with _lock:
-        base, lease, warm.base, warm.lease = warm.base, warm.lease, None, None
-    if base is None or lease is None:
-        return None
-    return base, lease
 
 
 @typing.final
@@ -322,7 +253,9 @@ class CgroupPool:
             if self._free:
                 self._out += 1
                 return self._free.pop()
-        taken = _take_warm()
+        from flux_system.process._warm import take_warm  # here: it imports this module
+
+        taken = take_warm()
         if taken is not None:
             base: _Base | None = taken[0]
             with self._lock:
@@ -332,21 +265,21 @@ class CgroupPool:
                     if self._base is None:
                         self._base, base = base, None  # its reference becomes ours
             if closed:
-                _discard(base, taken[1])
+                discard(base, taken[1])
                 return None
             if base is not None:
-                _drop_base(base)  # already ours: one reference is enough
+                drop_base(base)  # already ours: one reference is enough
             return taken[1]
         with self._lock:
             if self._closed:
                 return None
             if self._base is None:
-                self._base = _take_base()
+                self._base = take_base()
                 if self._base is None:
                     return None
             base = self._base
             self._out += 1
-        lease = _new_lease(base)
+        lease = new_lease(base)
         if lease is None:
             self._returned()
         return lease
@@ -383,7 +316,7 @@ class CgroupPool:
             if base is not None:
                 self._base = None
         if base is not None:
-            _drop_base(base)
+            drop_base(base)
 
     def close(self) -> None:
         """Remove the free cgroups; the rest go when their trees release them. Idempotent.
@@ -405,7 +338,7 @@ class CgroupPool:
             lease.close_fds()
             remove_tree(lease.path)
         if base is not None:
-            _drop_base(base)
+            drop_base(base)
 
 
 def _after_fork_in_child() -> None:
@@ -415,10 +348,9 @@ def _after_fork_in_child() -> None:
     another thread held at the fork would stay held forever; the child's own trees
     get their own ``flux-<child pid>`` base, made on first use.
     """
-    global _lock, _base, _warm  # noqa: PLW0603 - process-wide state, reset once per fork
+    global _lock, _base  # noqa: PLW0603 - process-wide state, reset once per fork
     _lock = threading.Lock()
     _base = None
-    _warm = None
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
@@ -427,9 +359,6 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 @atexit.register
 def remove_leftovers() -> None:
     """At exit, after every System was closed: remove what is left of the base."""
-    warm = _warm
-    if warm is not None and warm.pid == os.getpid() and warm.done.wait(_WARM_WAIT_S):
-        warm.discard()  # made ahead and never taken
     base = _base
     if base is not None:
         remove_tree(base.path)

@@ -18,7 +18,7 @@ from flux_system._exceptions import (
     ProcessTimeoutError,
     SpawnError,
 )
-from flux_system.process._cgroup import CgroupPool, remove_leftovers, warm_up
+from flux_system.process._cgroup import CgroupPool, remove_leftovers
 from flux_system.process._child import ManagedChild
 from flux_system.process._confine import Confinement, SandboxLike
 from flux_system.process._drain import Capture, LineObserver
@@ -28,6 +28,7 @@ from flux_system.process._result import DEFAULT_OUTPUT_CAP, RunResult
 from flux_system.process._run import Session, drive_async, drive_sync
 from flux_system.process._spawn import DirAuthority, Spawned, SpawnSpec, _build_spawn, check_argv
 from flux_system.process._stream import Flow
+from flux_system.process._warm import warm_up
 
 __all__ = ["System"]
 

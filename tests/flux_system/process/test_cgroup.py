@@ -223,12 +223,19 @@ _WARM = (
     f"sys.path.insert(0, {REPO!r})\n"
     "from tests.flux_system.process._process_support import make_ws\n"
     "from flux_system import System\n"
-    "from flux_system.process import _cgroup\n"
+    "from flux_system.process import _cgroup, _warm\n"
     "System.warm_up(); System.warm_up()\n"
-    "warm = _cgroup._warm\n"
+    "warm = _warm._warm\n"
     "assert warm is not None and warm.done.wait(5)\n"
-    "assert _cgroup._warm is warm  # idempotent: one warm-up\n"
+    "assert _warm._warm is warm  # idempotent: one warm-up\n"
 )
+
+
+def _nested_flux(s: System, code: str) -> str:
+    """What a nested Python running *code* printed (it must exit 0)."""
+    result = s.run([PYTHON, "-c", code], timeout=60)
+    assert result.exit_code == 0, result.stderr_text
+    return result.stdout_text
 
 
 def test_warm_up_cgroup_is_the_first_trees_and_none_is_left(
@@ -248,9 +255,7 @@ def test_warm_up_cgroup_is_the_first_trees_and_none_is_left(
     )
     base = _base()
     with System(make_ws(tmp_path)) as s:
-        result = s.run([PYTHON, "-c", code], timeout=60)
-        assert result.exit_code == 0, result.stderr_text
-        made, first, second, after = result.stdout_text.splitlines()
+        made, first, second, after = _nested_flux(s, code).splitlines()
         assert made == prefix + first  # the first tree ran in the cgroup made ahead
         assert second == first  # given back to the pool and reused
         assert after == "False True"  # removed with the System; handed over, not kept
@@ -266,9 +271,7 @@ def test_warm_up_never_taken_is_removed_at_exit(
     code += "print(os.getpid())\n"
     base = _base()
     with System(make_ws(tmp_path)) as s:
-        result = s.run([PYTHON, "-c", code], timeout=60)
-        assert result.exit_code == 0, result.stderr_text
-        pid = int(result.stdout_text)
+        pid = int(_nested_flux(s, code))
         mine = [d for d in _subdirs(base) if os.path.basename(d) == f"flux-{pid}"]
         assert mine == [] and _nested(base) == []
     assert not os.path.exists(base)
@@ -278,15 +281,13 @@ def test_warm_up_is_not_inherited_by_a_forked_child(tmp_path: Path, contained: N
     code = _WARM + (
         "pid = os.fork()\n"
         "if pid == 0:\n"
-        "    os._exit(0 if _cgroup._take_warm() is None and _cgroup._warm is None else 3)\n"
+        "    os._exit(0 if _warm.take_warm() is None and _warm._warm is None else 3)\n"
         "_, status = os.waitpid(pid, 0)\n"
-        "taken = _cgroup._take_warm()\n"
+        "taken = _warm.take_warm()\n"
         "print(os.waitstatus_to_exitcode(status), taken is not None)\n"
-        "_cgroup._discard(*taken)\n"
+        "_cgroup.discard(*taken)\n"
     )
     base = _base()
     with System(make_ws(tmp_path)) as s:
-        result = s.run([PYTHON, "-c", code], timeout=60)
-    assert result.exit_code == 0, result.stderr_text
-    assert result.stdout_text.split() == ["0", "True"]  # the parent still has it
-    assert _nested(base) == []
+        assert _nested_flux(s, code).split() == ["0", "True"]  # the parent still has it
+        assert _nested(base) == []  # what the parent took, it removed

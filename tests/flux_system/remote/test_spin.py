@@ -36,6 +36,15 @@ def _pair() -> tuple[socket.socket, socket.socket]:
     return a, b
 
 
+def _armed(spin: SpinBudget, a: socket.socket, b: socket.socket) -> memoryview:
+    """*spin* after one receive of data already there (so the next one polls)."""
+    view = memoryview(bytearray(16))
+    b.sendall(b"x")
+    spin.recv_into(a, view)
+    assert spin.budget_s == MAX_SPIN_S
+    return view
+
+
 def test_a_fresh_budget_blocks_at_once_and_receives() -> None:
     a, b = _pair()
     with a, b:
@@ -53,10 +62,7 @@ def test_a_quick_receive_arms_polling_and_a_slow_one_disarms_it() -> None:
     with a, b:
         clock = _Clock(step=0.0)
         spin = SpinBudget(clock)
-        view = memoryview(bytearray(16))
-        b.sendall(b"x")
-        spin.recv_into(a, view)
-        assert spin.budget_s == MAX_SPIN_S
+        view = _armed(spin, a, b)
         clock.step = SPIN_AFTER_S  # every clock read now looks like a long wait
         b.sendall(b"y")
         spin.recv_into(a, view)
@@ -67,10 +73,7 @@ def test_polling_gives_up_after_its_budget_then_blocks_for_the_data() -> None:
     a, b = _pair()
     with a, b:
         spin = SpinBudget()
-        view = memoryview(bytearray(16))
-        b.sendall(b"x")
-        spin.recv_into(a, view)
-        assert spin.budget_s == MAX_SPIN_S
+        view = _armed(spin, a, b)
         # Nothing is sent for far longer than the budget: the poll must fall back to
         # a blocking receive (a poll that never ended would hang here, not pass).
         timer = threading.Timer(0.05, b.sendall, args=(b"late",))
@@ -87,9 +90,7 @@ def test_the_poll_loop_is_bounded_by_the_budget() -> None:
     with a, b:
         clock = _Clock(step=0.0)
         spin = SpinBudget(clock)
-        view = memoryview(bytearray(16))
-        b.sendall(b"x")
-        spin.recv_into(a, view)  # armed
+        view = _armed(spin, a, b)
         clock.step = MAX_SPIN_S / 10
         timer = threading.Timer(0.05, b.sendall, args=(b"z",))
         timer.start()
@@ -116,21 +117,15 @@ def test_eof_is_seen_by_a_polling_receive() -> None:
     a, b = _pair()
     with a:
         spin = SpinBudget()
-        view = memoryview(bytearray(16))
-        b.sendall(b"x")
-        spin.recv_into(a, view)
-        assert spin.budget_s == MAX_SPIN_S
+        view = _armed(spin, a, b)
         b.close()
         assert spin.recv_into(a, view) == 0
 
 
 def _reads_while_waiting(spin: SpinBudget, a: socket.socket, b: socket.socket) -> int:
     """Arm *spin*, then receive data sent 50 ms later; how often the clock was read."""
-    view = memoryview(bytearray(16))
     spin._clock = _Clock(step=0.0)
-    b.sendall(b"x")
-    spin.recv_into(a, view)
-    assert spin.budget_s == MAX_SPIN_S
+    view = _armed(spin, a, b)
     clock = _Clock(step=0.0)  # a poll never runs out of budget on this clock
     spin._clock = clock
     timer = threading.Timer(0.05, b.sendall, args=(b"y",))
