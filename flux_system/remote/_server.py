@@ -31,7 +31,7 @@ from flux_system.remote._channel import Channel, FdChannel, SocketChannel, TlsCh
 from flux_system.remote._config import ServerConfig
 from flux_system.remote._connection import Connection
 from flux_system.remote._frame import encode_frame
-from flux_system.remote._socket_path import check_socket_dir
+from flux_system.remote._socket_path import check_socket_dir, check_socket_outside
 
 __all__ = ["PortServer"]
 
@@ -63,25 +63,6 @@ def _kernel_timeout(sock: socket.socket, seconds: float) -> None:
     timeval = struct.pack("ll", whole, int((seconds - whole) * 1e6))
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeval)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, timeval)
-
-
-def _inside_roots(path: str, ws: object) -> str | None:
-    """The physical root of *ws* that the socket *path* (its real directory) lies in.
-
-    A Unix socket's peer check admits our own uid, which every command the served
-    workspace's runs start with (a sandbox maps it back to ours): one of them could
-    reach a socket in the directories it sees and drive this server, past its own
-    sandbox's network and filesystem limits. ``None`` when no root holds it.
-    """
-    where = os.path.realpath(os.path.dirname(os.path.abspath(path)))
-    for root in getattr(ws, "_roots", ()):
-        try:
-            base = os.readlink(f"/proc/self/fd/{root.fd}")
-        except OSError:
-            continue
-        if where == base or where.startswith(base.rstrip("/") + "/"):
-            return base
-    return None
 
 
 def _is_loopback(host: str) -> bool:
@@ -229,18 +210,9 @@ class PortServer:
                 on its way can be written by another user (:func:`check_socket_dir`),
                 or it cannot be bound (its directory is missing or not writable, an
                 old socket there cannot be removed); ``AUTH`` when it lies inside a
-                root of the served workspace (see :func:`_inside_roots`).
+                root of the served workspace (:func:`check_socket_outside`).
         """
-        inside = _inside_roots(path, self._cfg.workspace)
-        if inside is not None:
-            raise PortError(
-                f"{path} is inside the served workspace root {inside}: a command run there"
-                " (sandboxed or not) could connect to it with this server's uid and use"
-                " its workspace, processes and egress; put the socket elsewhere",
-                op="serve",
-                target=path,
-                reason=PortReason.AUTH,
-            )
+        check_socket_outside(path, self._cfg.workspace)
 
         def refuse(why: str) -> PortError:
             return PortError(why, op="serve", target=path, reason=PortReason.PROTOCOL)

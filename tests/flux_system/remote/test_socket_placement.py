@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from flux_system import PortError, PortReason, System, Workspace
-from flux_system.remote import PortServer, ServerConfig, _server
+from flux_system.remote import PortServer, ServerConfig, _socket_path
 from flux_system.sandbox import Sandbox, SandboxSettings
 from tests.flux_system.sandbox._support import require_bwrap
 
@@ -78,7 +78,7 @@ def test_control_a_sandboxed_command_reaches_a_socket_in_its_workspace(
     default sandbox (no network) connects to a server socket in its workspace, and the
     server admits it as its own uid."""
     require_bwrap()
-    monkeypatch.setattr(_server, "_inside_roots", lambda path, ws: None)
+    monkeypatch.setattr(_socket_path, "_inside_roots", lambda path, ws: None)
     sandbox = Sandbox.resolve(SandboxSettings(mode="require", profile="default"))
     log: list[str] = []
     with Workspace(tmp_path) as ws, System(ws, sandbox=sandbox) as system:
