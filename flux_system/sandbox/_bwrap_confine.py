@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import pwd
 import stat
 import typing
 import weakref
@@ -20,16 +19,19 @@ from collections.abc import Callable, Mapping
 import flux_system.sandbox._bwrap as _bwrap
 from flux_system._exceptions import (
     ProcessReason,
-    SandboxReason,
-    SandboxUnavailableError,
     SpawnError,
 )
 from flux_system.process import Limits
 from flux_system.process._confine import Denials, Launch
 from flux_system.sandbox._bwrap_init import reap_init, start_time
+from flux_system.sandbox._confine_inputs import (
+    check_home,
+    check_profile_file,
+    limits_of,
+    workspace_roots,
+)
 from flux_system.sandbox._extra_paths import check_extra_paths
 from flux_system.sandbox._extras import RunExtras
-from flux_system.sandbox._profile import profile_dirs
 from flux_system.sandbox._protected import BUILTIN_PROTECTED, Found, find_protected
 
 if typing.TYPE_CHECKING:
@@ -40,85 +42,6 @@ __all__ = ["BwrapConfinement", "check_home", "limits_of", "workspace_roots"]
 LAUNCHER_DIR = "/run/flux"  # where the launcher's directory is bound inside (strict)
 _DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty")
 _FALLBACK_HOME = "/home/flux"
-
-
-def workspace_roots(ws: object) -> list[tuple[int, str, bool]]:
-    """``(fd, physical path, writable)`` of every root of *ws* (a ``Workspace``)."""
-    roots = getattr(ws, "_roots", None)
-    if not isinstance(roots, list):
-        raise TypeError("ws must be a Workspace")
-    out = []
-    for root in roots:
-        fd = root.fd
-        try:
-            path = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError as exc:
-            raise SandboxUnavailableError(
-                f"a workspace root cannot be located: {exc.strerror}",
-                op="confine",
-                layer="bubblewrap",
-                reason=SandboxReason.LAYER_UNAVAILABLE,
-            ) from exc
-        out.append((fd, path, bool(root.writable)))
-    return out
-
-
-def _homes() -> set[str]:
-    homes = set()
-    env_home = os.environ.get("HOME")
-    if env_home and env_home.startswith("/"):
-        homes.add(os.path.realpath(env_home))
-    with contextlib.suppress(KeyError, OSError):
-        homes.add(os.path.realpath(pwd.getpwuid(os.geteuid()).pw_dir))
-    return homes
-
-
-def check_home(roots: list[tuple[int, str, bool]], allowed: bool) -> None:
-    """Refuse a writable root that is, or contains, ``$HOME`` or ``/`` (unless *allowed*).
-
-    Raises:
-        SandboxUnavailableError: ``WORKSPACE_COVERS_HOME``.
-    """
-    if allowed:
-        return
-    for _, path, writable in roots:
-        if not writable:
-            continue
-        for home in {"/", *_homes()}:
-            if home == path or home.startswith(path.rstrip("/") + "/") or path == "/":
-                what = "/" if path == "/" else f"the home directory {home}"
-                raise SandboxUnavailableError(
-                    f"the writable path {path} is or contains {what}; a sandbox would expose it "
-                    "(pass allow_home_workspace / --allow-home-workspace if this is meant)",
-                    op="confine",
-                    layer=path,
-                    reason=SandboxReason.WORKSPACE_COVERS_HOME,
-                )
-
-
-def check_profile_file(profile: typing.Any, writable: typing.Iterable[str]) -> None:
-    """Refuse a profile file of the user's that lies inside a writable path (decision 0120).
-
-    A run could rewrite it, and the next sandbox made from it would be the run's
-    choice. The built-in profiles are part of the installed package, judged with it.
-
-    Raises:
-        SandboxUnavailableError: ``BAD_PROFILE`` naming the file and the writable path.
-    """
-    real = os.path.realpath(profile.source)
-    if os.path.dirname(real) in {str(d) for d in profile_dirs()}:
-        return  # built in: the package's own file
-    for path in writable:
-        base = os.path.realpath(path)
-        if real == base or real.startswith(base.rstrip("/") + "/"):
-            raise SandboxUnavailableError(
-                f"profile {profile.source} lies inside the writable path {base}: a run "
-                "could rewrite it for the next; keep profile files outside every "
-                "writable root",
-                op="confine",
-                layer=profile.source,
-                reason=SandboxReason.BAD_PROFILE,
-            )
 
 
 def _extra_dirs(paths: tuple[str, ...], owned: list[int]) -> list[tuple[int, str, bool]]:
@@ -427,16 +350,3 @@ def _finisher(info: _InitInfo, extras: RunExtras, base: Denials) -> Callable[[in
 def _close_quietly(fd: int) -> None:
     with contextlib.suppress(OSError):
         os.close(fd)
-
-
-def limits_of(profile: typing.Any) -> Limits | None:
-    values = {
-        "nproc": profile.processes,
-        "open_files": profile.open_files,
-        "cpu_s": profile.cpu_seconds,
-        "file_size": profile.file_size,
-        "address_space": profile.address_space,
-    }
-    if all(v is None for v in values.values()):
-        return None
-    return Limits(**values)

@@ -28,7 +28,7 @@ import flux_system.sandbox._seccomp as _seccomp
 from flux_system._exceptions import SandboxReason, SandboxUnavailableError
 from flux_system.process import Limits
 from flux_system.process._confine import Denials, Launch
-from flux_system.sandbox._bwrap_confine import (
+from flux_system.sandbox._confine_inputs import (
     check_home,
     check_profile_file,
     limits_of,
