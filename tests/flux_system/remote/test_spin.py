@@ -10,6 +10,7 @@ from __future__ import annotations
 import socket
 import struct
 import threading
+import typing
 
 import pytest
 
@@ -34,6 +35,16 @@ class _Clock:
 def _pair() -> tuple[socket.socket, socket.socket]:
     a, b = socket.socketpair()
     return a, b
+
+
+def _sent_late(b: socket.socket, data: bytes, receive: typing.Callable[[], int]) -> int:
+    """*receive*'s result while *data* is sent on *b* 50 ms later (far past any budget)."""
+    timer = threading.Timer(0.05, b.sendall, args=(data,))
+    timer.start()
+    try:
+        return receive()
+    finally:
+        timer.join()
 
 
 def _armed(spin: SpinBudget, a: socket.socket, b: socket.socket) -> memoryview:
@@ -76,12 +87,8 @@ def test_polling_gives_up_after_its_budget_then_blocks_for_the_data() -> None:
         view = _armed(spin, a, b)
         # Nothing is sent for far longer than the budget: the poll must fall back to
         # a blocking receive (a poll that never ended would hang here, not pass).
-        timer = threading.Timer(0.05, b.sendall, args=(b"late",))
-        timer.start()
-        try:
-            assert bytes(view[: spin.recv_into(a, view)]) == b"late"
-        finally:
-            timer.join()
+        got = _sent_late(b, b"late", lambda: spin.recv_into(a, view))
+        assert bytes(view[:got]) == b"late"
         assert spin.budget_s == 0.0  # the wait was long: the next receive blocks
 
 
@@ -92,12 +99,7 @@ def test_the_poll_loop_is_bounded_by_the_budget() -> None:
         spin = SpinBudget(clock)
         view = _armed(spin, a, b)
         clock.step = MAX_SPIN_S / 10
-        timer = threading.Timer(0.05, b.sendall, args=(b"z",))
-        timer.start()
-        try:
-            spin.recv_into(a, view)
-        finally:
-            timer.join()
+        _sent_late(b, b"z", lambda: spin.recv_into(a, view))
         # start, ten or eleven polls reading the clock, then the blocking receive's end
         assert clock.reads <= 14
 
@@ -128,12 +130,8 @@ def _reads_while_waiting(spin: SpinBudget, a: socket.socket, b: socket.socket) -
     view = _armed(spin, a, b)
     clock = _Clock(step=0.0)  # a poll never runs out of budget on this clock
     spin._clock = clock
-    timer = threading.Timer(0.05, b.sendall, args=(b"y",))
-    timer.start()
-    try:
-        assert bytes(view[: spin.recv_into(a, view)]) == b"y"
-    finally:
-        timer.join()
+    got = _sent_late(b, b"y", lambda: spin.recv_into(a, view))
+    assert bytes(view[:got]) == b"y"
     return clock.reads
 
 
