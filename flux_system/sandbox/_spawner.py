@@ -24,7 +24,6 @@ import ctypes
 import dataclasses
 import errno
 import os
-import queue
 import select
 import threading
 import typing
@@ -36,7 +35,7 @@ import flux_system.sandbox._libseccomp as _libseccomp
 import flux_system.sandbox._seccomp as _seccomp
 import flux_system.sandbox._undumpable as _undumpable
 from flux_system.process._confine import Denial
-from flux_system.process._resident import Job, hand_off
+from flux_system.process._resident import Jobs, hand_off, serve
 
 __all__ = ["Spawner"]
 
@@ -62,7 +61,7 @@ class Spawner:
     """One restricted thread forking children, plus the unrestricted listener."""
 
     def __init__(self, rules: _landlock.Ruleset, spec: _seccomp.FilterSpec) -> None:
-        self._jobs: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
+        self._jobs = Jobs()
         self._ready = threading.Event()
         self._error: OSError | None = None
         self._notify_fd = -1
@@ -104,19 +103,7 @@ class Spawner:
             self._error = OSError(errno.EINVAL, f"restriction failed: {exc}")
         finally:
             self._ready.set()
-        while True:
-            job = self._jobs.get()
-            if job is None:
-                return
-            fn, errors, done = job
-            try:
-                if self._error is not None:
-                    raise self._error
-                fn()
-            except BaseException as exc:
-                errors.append(exc)
-            finally:
-                done.set()
+        serve(self._jobs, self._error)
 
     def _restrict(self, rules: _landlock.Ruleset, spec: _seccomp.FilterSpec) -> None:
         lib = self._lib
@@ -235,7 +222,7 @@ class Spawner:
         if self._closed.is_set():
             return
         self._closed.set()
-        self._jobs.put(None)
+        self._jobs.close()
         self._thread.join(5)
         if self._listener is not None:
             self._listener.join(5)
