@@ -34,6 +34,7 @@ from flux_system._exceptions import (
     UnreachableError,
 )
 from flux_system.port import Identity
+from flux_system.remote._binary import BINARY_VERSION, decode_binary_result, refuse_binary
 from flux_system.remote._canonical import (
     encode_chunk,
     encode_request,
@@ -140,6 +141,7 @@ class Client:
         self._pings = 0  # nonce of the last ping sent
         self._pongs = 0  # nonce of the last pong read
         self.welcome = self._handshake(token, client_name)
+        self.version = self.welcome.version
         self.identity: Identity = decode_identity(self.welcome.server.model_dump())
         self.operations = frozenset(self.welcome.operations)
         self.max_chunk = self.welcome.limits.max_chunk
@@ -429,6 +431,9 @@ class Client:
     def _route_body(self, body: bytes) -> None:
         """Bulk frames in the canonical spelling skip JSON and the models (the same
         checks, done directly on the bytes); everything else takes the general path."""
+        if body[:1] == b"\x00":  # a binary frame (version 2: a small read's bytes)
+            self._binary_result(body)
+            return
         chunk = fast_chunk(body)
         if chunk is not None:
             rid, stream, data, _last = chunk
@@ -444,6 +449,22 @@ class Client:
                 self._end(call, value={"size": len(data), "bytes": data})
             return
         self._route(decode_body(body))
+
+    def _binary_result(self, body: bytes) -> None:
+        if self.version < BINARY_VERSION:
+            raise refuse_binary(self.version)
+        rid, data = decode_binary_result(body)
+        call = self._calls.get(rid)
+        if call is None:
+            return  # an answer to a call already given up on
+        if call.op != "read_bytes" or (call.room is not None and len(data) > call.room):
+            raise PortError(
+                f"a binary result of {len(data)} bytes for {call.op} (room {call.room})",
+                op=call.op,
+                target=self.target,
+                reason=PortReason.PROTOCOL,
+            )
+        self._end(call, value={"size": len(data), "bytes": data})
 
     def _chunk(self, call: Call, stream: str, data: bytes) -> None:
         if stream == "download":

@@ -26,6 +26,7 @@ from flux_system._exceptions import (
     WorkspaceError,
     WorkspaceReason,
 )
+from flux_system.remote._binary import BINARY_VERSION, encode_binary_result
 from flux_system.remote._canonical import (
     encode_chunk,
     encode_read_result,
@@ -93,6 +94,8 @@ class Connection:
         self.ended = ""
         self._served = frozenset(config.operations())
         self._fast_reads = self._lim.inline_fs and "read_bytes" in self._served
+        self.version = 0  # the negotiated protocol version (0: before the handshake)
+        self._encode_read = encode_read_result  # a small read's result frame (by version)
         self._handlers = Handlers(config, self)
 
     # -- sending (any thread) ----------------------------------------------------------
@@ -248,12 +251,15 @@ class Connection:
                 return False
         if self._after_hello is not None:  # before the welcome: the client may act on it
             self._after_hello()
+        self.version = common[-1]
+        if self.version >= BINARY_VERSION:
+            self._encode_read = encode_binary_result
         lim = self._lim
         self.send(
             {
                 "type": "welcome",
                 "protocol": PROTOCOL_NAME,
-                "version": common[-1],
+                "version": self.version,
                 "server": encode_identity(self._cfg.identity, str(self._cfg.workspace.root)),
                 "operations": sorted(self._served),
                 "limits": {
@@ -450,7 +456,7 @@ class Connection:
         small = limit is not None and limit <= INLINE_READ
         try:
             data = self._cfg.workspace.read_bytes(path, limit=limit if small else INLINE_READ)
-            frame = encode_read_result(rid, data, max_frame=self._lim.max_frame)
+            frame = self._encode_read(rid, data, max_frame=self._lim.max_frame)
         except Exception as exc:
             if (
                 isinstance(exc, WorkspaceError)

@@ -47,3 +47,23 @@ def test_harness_catches_a_decoder_that_drops_a_split_frame() -> None:
 
 def test_atheris_runs_the_harness() -> None:
     run_atheris("fuzz_port_frames", runs=400, timeout=90)
+
+
+def test_harness_catches_a_binary_decoder_that_trusts_the_size() -> None:
+    harness = load_harness("fuzz_port_frames")
+    from flux_system.remote import _binary
+
+    real = _binary.decode_binary_result
+
+    def trusting(body: bytes) -> tuple[int, bytes]:
+        rid, data = real(body)
+        return rid, data + b"!"  # more bytes than the size it was sent with
+
+    _binary.decode_binary_result = trusting
+    try:
+        harness.check_binary(harness.SEEDS[-1])
+    except AssertionError:
+        return
+    finally:
+        _binary.decode_binary_result = real
+    raise AssertionError("the harness did not notice a binary decoder that disagrees")
