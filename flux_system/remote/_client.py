@@ -77,6 +77,20 @@ class Call:
     it (a caller that reads its own answer never waits, and need not pay for one).
     """
 
+    __slots__ = (
+        "_done",
+        "download",
+        "ended",
+        "error",
+        "id",
+        "on_chunk",
+        "on_event",
+        "op",
+        "room",
+        "sent",
+        "value",
+    )
+
     def __init__(self, rid: int, op: str) -> None:
         self.id = rid
         self.op = op
