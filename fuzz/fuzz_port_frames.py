@@ -14,9 +14,9 @@ point derived from the input (any other outcome is a crash):
   small read's result, a ``read_bytes`` request) declines a body or returns exactly
   what the general path (JSON, the message models, the op's argument model) makes of
   it — never a value for a body the general path refuses;
-- the binary-result decoder (``flux_system.remote._binary``, protocol version 2)
-  returns ``(id, data)`` or raises ``PortError(PROTOCOL)`` — never another exception
-  — and what it returns is what the general path makes of the body's JSON part.
+- the binary-frame decoder (``flux_system.remote._binary``, protocol version 2)
+  returns a result or a chunk, or raises ``PortError(PROTOCOL)`` — never another
+  exception — and what it returns is what the general path makes of the body.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ SEEDS = (
     b'{"type":"result","id":9,"value":{"size":5,"data":"aGVsbG8="}}',
     b'{"type":"chunk","id":3,"stream":"stdout","data":"","last":false}',
     b'\x00\x00\x00\x00+{"type":"result","id":9,"value":{"size":5}}hello',  # binary (v2)
+    b'\x00\x00\x00\x006{"type":"chunk","id":4,"stream":"stdout","last":false}tick',  # binary
 )
 MAX_FRAME = 4096
 
@@ -117,36 +118,44 @@ def check_fast_paths(body: bytes) -> None:
             assert general(body) == (kind, fast), f"{kind} recogniser disagrees"
 
 
-def general_binary(body: bytes) -> tuple[int, bytes] | None:
+def general_binary(body: bytes) -> object:
     """What the general path makes of a binary body (None: it must be refused)."""
     from flux_system import PortError
+    from flux_system.remote._binary import BinaryChunk, BinaryResult
     from flux_system.remote._frame import decode_body
-    from flux_system.remote._wire import Result, parse_message
+    from flux_system.remote._wire import Chunk, Result, parse_message
 
     if len(body) < 5 or body[0] != 0:
         return None
     (json_len,) = struct.unpack_from(">I", body, 1)
     if json_len == 0 or 5 + json_len > len(body):
         return None
+    tail = body[5 + json_len :]
     try:
-        msg = parse_message(decode_body(body[5 : 5 + json_len]))
+        obj = decode_body(body[5 : 5 + json_len])
+        if obj.get("type") == "chunk":
+            if "data" in obj:
+                return None
+            chunk = parse_message({**obj, "data": ""})
+            assert isinstance(chunk, Chunk)
+            return BinaryChunk(chunk.id, chunk.stream, tail, chunk.last)
+        msg = parse_message(obj)
     except PortError:
         return None
-    tail = body[5 + json_len :]
     if not isinstance(msg, Result) or not isinstance(msg.value, dict):
         return None
     if msg.value.keys() != {"size"} or type(msg.value["size"]) is not int:
         return None
-    return (msg.id, tail) if msg.value["size"] == len(tail) else None
+    return BinaryResult(msg.id, tail) if msg.value["size"] == len(tail) else None
 
 
 def check_binary(body: bytes) -> None:
     """The binary decoder refuses with PROTOCOL or agrees with :func:`general_binary`."""
     from flux_system import PortError, PortReason
-    from flux_system.remote._binary import decode_binary_result
+    from flux_system.remote._binary import decode_binary
 
     try:
-        got: tuple[int, bytes] | None = decode_binary_result(body)
+        got: object = decode_binary(body)
     except PortError as exc:
         assert exc.reason is PortReason.PROTOCOL
         got = None

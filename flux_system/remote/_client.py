@@ -34,7 +34,7 @@ from flux_system._exceptions import (
     UnreachableError,
 )
 from flux_system.port import Identity
-from flux_system.remote._binary import BINARY_VERSION, decode_binary_result, refuse_binary
+from flux_system.remote._binary import BINARY_VERSION, BinaryResult, decode_binary, refuse_binary
 from flux_system.remote._call import Call, lost_error
 from flux_system.remote._canonical import (
     encode_chunk,
@@ -306,8 +306,8 @@ class Client:
     def _route_body(self, body: bytes) -> None:
         """Bulk frames in the canonical spelling skip JSON and the models (the same
         checks, done directly on the bytes); everything else takes the general path."""
-        if body[:1] == b"\x00":  # a binary frame (version 2: a small read's bytes)
-            self._binary_result(body)
+        if body[:1] == b"\x00":  # a binary frame (version 2: a small read's bytes, a chunk)
+            self._binary(body)
             return
         chunk = fast_chunk(body)
         if chunk is not None:
@@ -325,13 +325,17 @@ class Client:
             return
         self._route(decode_body(body))
 
-    def _binary_result(self, body: bytes) -> None:
+    def _binary(self, body: bytes) -> None:
         if self.version < BINARY_VERSION:
             raise refuse_binary(self.version)
-        rid, data = decode_binary_result(body)
-        call = self._calls.get(rid)
+        got = decode_binary(body)
+        call = self._calls.get(got.id)
         if call is None:
             return  # an answer to a call already given up on
+        if not isinstance(got, BinaryResult):
+            self._chunk(call, got.stream, got.data)  # as a JSON chunk is
+            return
+        data = got.data
         if call.op != "read_bytes" or (call.room is not None and len(data) > call.room):
             raise PortError(
                 f"a binary result of {len(data)} bytes for {call.op} (room {call.room})",

@@ -26,7 +26,11 @@ from flux_system._exceptions import (
     WorkspaceError,
     WorkspaceReason,
 )
-from flux_system.remote._binary import BINARY_VERSION, encode_binary_result
+from flux_system.remote._binary import (
+    BINARY_VERSION,
+    encode_binary_chunk,
+    encode_binary_result,
+)
 from flux_system.remote._canonical import (
     encode_chunk,
     encode_read_result,
@@ -96,6 +100,7 @@ class Connection:
         self._fast_reads = self._lim.inline_fs and "read_bytes" in self._served
         self.version = 0  # the negotiated protocol version (0: before the handshake)
         self._encode_read = encode_read_result  # a small read's result frame (by version)
+        self._encode_chunk = encode_chunk  # a chunk's frame (by version)
         self._handlers = Handlers(config, self)
 
     # -- sending (any thread) ----------------------------------------------------------
@@ -110,7 +115,7 @@ class Connection:
             self._ch.send_all(frame)
 
     def send_chunk(self, rid: int, stream: str, data: bytes, last: bool = False) -> None:
-        self.send_frame(encode_chunk(rid, stream, data, last, max_frame=self._lim.max_frame))
+        self.send_frame(self._encode_chunk(rid, stream, data, last, max_frame=self._lim.max_frame))
 
     def answer(self, rid: int, value: object, op: str = "request") -> None:
         """Send *rid*'s result; a value no frame can carry fails that request alone."""
@@ -254,6 +259,7 @@ class Connection:
         self.version = common[-1]
         if self.version >= BINARY_VERSION:
             self._encode_read = encode_binary_result
+            self._encode_chunk = encode_binary_chunk
         lim = self._lim
         self.send(
             {

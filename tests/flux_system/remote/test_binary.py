@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import struct
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +16,16 @@ from hypothesis import strategies as st
 
 from flux_system import PortError, PortReason, RefusedError, WorkspaceReason
 from flux_system.remote import connect
-from flux_system.remote._binary import decode_binary_result, encode_binary_result
+from flux_system.remote._binary import (
+    BinaryChunk,
+    BinaryResult,
+    decode_binary,
+    decode_binary_result,
+    encode_binary_chunk,
+    encode_binary_result,
+)
 from flux_system.remote._frame import FrameDecoder, decode_body
+from flux_system.remote._parts import RemoteProcesses
 from tests.flux_system.remote._harness import frame, raw_connect, read_frames, served
 
 PORTS = Path(__file__).resolve().parents[3] / "ports"
@@ -34,17 +43,24 @@ def test_binary_vectors(case: dict[str, Any]) -> None:
     expect = case["expect"]
     if "refuse" in expect:
         with pytest.raises(PortError) as info:
-            decode_binary_result(body)
+            decode_binary(body)
         assert info.value.reason is PortReason.PROTOCOL
         assert expect["because"] in info.value.message
+    elif "chunk" in expect:
+        got = expect["chunk"]
+        want = BinaryChunk(got["id"], got["stream"], bytes.fromhex(got["data"]), got["last"])
+        assert decode_binary(body) == want
+        with pytest.raises(PortError):
+            decode_binary_result(body)  # where a result is expected, a chunk is refused
     else:
         got = expect["result"]
+        assert decode_binary(body) == BinaryResult(got["id"], bytes.fromhex(got["data"]))
         assert decode_binary_result(body) == (got["id"], bytes.fromhex(got["data"]))
 
 
 def test_binary_vectors_cover_refusals_and_acceptances() -> None:
     kinds = {next(iter(c["expect"])) for c in VECTORS}
-    assert kinds == {"result", "refuse"}
+    assert kinds == {"result", "chunk", "refuse"}
 
 
 @pytest.mark.parametrize("case", VECTORS, ids=[c["id"] for c in VECTORS])
@@ -61,6 +77,50 @@ def test_encoded_binary_results_decode_to_what_was_encoded(rid: int, data: bytes
     (length,) = struct.unpack(">I", encoded[:4])
     assert length == len(encoded) - 4
     assert decode_binary_result(encoded[4:]) == (rid, data)
+
+
+@settings(max_examples=200)
+@given(
+    rid=st.integers(1, 2**53 - 1),
+    stream=st.sampled_from(["upload", "download", "stdin", "stdout", "stderr"]),
+    data=st.binary(max_size=5000),
+    last=st.booleans(),
+)
+def test_encoded_binary_chunks_decode_to_what_was_encoded(
+    rid: int, stream: str, data: bytes, last: bool
+) -> None:
+    encoded = encode_binary_chunk(rid, stream, data, last)
+    assert decode_binary(encoded[4:]) == BinaryChunk(rid, stream, data, last)
+
+
+@settings(max_examples=300)
+@given(
+    rid=st.one_of(st.integers(0, 2**53 + 2).map(str), st.sampled_from(["01", "1.0", '"1"'])),
+    stream=st.sampled_from(['"stdout"', '"download"', '"stdfoo"', "1"]),
+    last=st.sampled_from(["true", "false", "1", "null", '"true"']),
+    extra=st.sampled_from(["", ',"data":""', ',"x":1']),
+    tail=st.binary(max_size=20),
+)
+def test_the_chunk_recogniser_agrees_with_the_general_path(
+    rid: str, stream: str, last: str, extra: str, tail: bytes
+) -> None:
+    from flux_system.remote._wire import Chunk, parse_message
+
+    js = f'{{"type":"chunk","id":{rid},"stream":{stream},"last":{last}{extra}}}'.encode()
+    body = b"\x00" + struct.pack(">I", len(js)) + js + tail
+    try:
+        obj = decode_body(js)
+        assert "data" not in obj
+        msg = parse_message({**obj, "data": ""})
+        assert isinstance(msg, Chunk)
+        want: BinaryChunk | None = BinaryChunk(msg.id, msg.stream, tail, msg.last)
+    except (PortError, AssertionError):
+        want = None
+    if want is None:
+        with pytest.raises(PortError):
+            decode_binary(body)
+    else:
+        assert decode_binary(body) == want
 
 
 def _general(body: bytes) -> tuple[int, bytes] | PortError:
@@ -181,3 +241,36 @@ def test_a_server_refuses_a_binary_frame_from_a_client(tmp_path: Path) -> None:
             s.close()
     assert welcome["version"] == 2
     assert bye["type"] == "goodbye" and bye["reason"] == "protocol"
+
+
+def test_a_version_2_client_gets_binary_chunks_for_large_reads_and_output(
+    tmp_path: Path,
+) -> None:
+    from flux_system.remote import ServerLimits
+
+    data = bytes(range(256)) * 300  # 76,800 bytes: past the inline read, in two chunks
+    (tmp_path / "big").write_bytes(data)
+    limits = ServerLimits(max_chunk=40_000)
+    request = b'{"type":"request","id":5,"op":"read_bytes","args":{"path":"big","limit":null}}'
+    with served(tmp_path, limits=limits) as srv:
+        s = raw_connect(srv.target)
+        try:
+            s.sendall(_hello("[1,2]") + frame(request))
+            welcome, *bodies = read_frames(s, count=4)
+        finally:
+            s.close()
+        with connect(srv.target) as sub:  # and the client reads them back
+            assert sub.files.read_bytes("big") == data
+            out: list[bytes] = []
+            procs = typing.cast(RemoteProcesses, sub.processes)
+            child = procs.spawn(
+                ["sh", "-c", "printf 'a\\0b'; printf err >&2"],
+                on_output=lambda stream, piece: out.append(piece),
+            )
+            child.join(30)
+            assert b"".join(out) in (b"a\0berr", b"erra\0b")
+    assert json.loads(welcome)["version"] == 2
+    first, second = decode_binary(bodies[0]), decode_binary(bodies[1])
+    assert first == BinaryChunk(5, "download", data[:40_000], False)
+    assert second == BinaryChunk(5, "download", data[40_000:], True)
+    assert json.loads(bodies[2]) == {"type": "result", "id": 5, "value": {"size": len(data)}}

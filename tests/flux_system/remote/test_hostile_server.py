@@ -295,3 +295,29 @@ def test_a_binary_result_whose_size_lies_is_a_protocol_error() -> None:
             sub.close()
     assert isinstance(got, UnreachableError), got
     assert "size" in str(got.__cause__)
+
+
+def _binary_download(conn: socket.socket) -> None:
+    req = read_frame(conn)
+    head = b'{"type":"chunk","id":%d,"stream":"download","last":false}' % req["id"]
+    body = b"\x00" + struct.pack(">I", len(head)) + head + b"abc"
+    conn.sendall(struct.pack(">I", len(body)) + body)
+    conn.recv(1)
+
+
+@pytest.mark.parametrize(
+    ("version", "because"),
+    [(1, "binary frame on a version-1 connection"), (2, "more download than it asked for")],
+    ids=["on-version-1", "past-the-reads-limit"],
+)
+def test_a_binary_download_chunk_is_held_to_the_json_chunks_rules(
+    version: int, because: str
+) -> None:
+    with hostile(then_welcome(_binary_download, version=version)) as target:
+        sub: Substrate = connect(target, timeout=5)
+        try:
+            got = caught(lambda: sub.files.read_bytes("f", limit=2))
+        finally:
+            sub.close()
+    assert isinstance(got, UnreachableError), got
+    assert because in str(got.__cause__)
