@@ -8,8 +8,9 @@
    with one ``recv_into`` per arrival, the server answering the 4 KiB it read once at
    start) — target <= 3x. Beside it, as context: the same bare server reading the
    file through ``Workspace.read_bytes`` on every request (what is left above it is
-   the protocol: JSON, base64, ids, the in-flight cap), and a native
-   ``Workspace.read_bytes``.
+   the protocol: JSON, ids, the in-flight cap, and on a version-1 connection base64;
+   this client and server speak version 2, whose small read results carry the bytes
+   raw, decision 0130), and a native ``Workspace.read_bytes``.
 2. Streamed process output through the remote (``spawn`` of ``head -c 256M
    /dev/zero``, every byte delivered to ``on_output``): MB/s, target >= 100 MB/s, with
    the native figure (``System.spawn(stream_output=True)``) beside it.

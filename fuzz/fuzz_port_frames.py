@@ -13,7 +13,10 @@ point derived from the input (any other outcome is a crash):
 - each canonical-spelling recogniser (``flux_system.remote._canonical``: a chunk, a
   small read's result, a ``read_bytes`` request) declines a body or returns exactly
   what the general path (JSON, the message models, the op's argument model) makes of
-  it — never a value for a body the general path refuses.
+  it — never a value for a body the general path refuses;
+- the binary-frame decoder (``flux_system.remote._binary``, protocol version 2)
+  returns a result or a chunk, or raises ``PortError(PROTOCOL)`` — never another
+  exception — and what it returns is what the general path makes of the body.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ SEEDS = (
     b'{"type":"request","id":8,"op":"read_bytes","args":{"path":"\xc3\xa9","limit":4096}}',
     b'{"type":"result","id":9,"value":{"size":5,"data":"aGVsbG8="}}',
     b'{"type":"chunk","id":3,"stream":"stdout","data":"","last":false}',
+    b'\x00\x00\x00\x00+{"type":"result","id":9,"value":{"size":5}}hello',  # binary (v2)
+    b'\x00\x00\x00\x006{"type":"chunk","id":4,"stream":"stdout","last":false}tick',  # binary
 )
 MAX_FRAME = 4096
 
@@ -113,12 +118,57 @@ def check_fast_paths(body: bytes) -> None:
             assert general(body) == (kind, fast), f"{kind} recogniser disagrees"
 
 
+def general_binary(body: bytes) -> object:
+    """What the general path makes of a binary body (None: it must be refused)."""
+    from flux_system import PortError
+    from flux_system.remote._binary import BinaryChunk, BinaryResult
+    from flux_system.remote._frame import decode_body
+    from flux_system.remote._wire import Chunk, Result, parse_message
+
+    if len(body) < 5 or body[0] != 0:
+        return None
+    (json_len,) = struct.unpack_from(">I", body, 1)
+    if json_len == 0 or 5 + json_len > len(body):
+        return None
+    tail = body[5 + json_len :]
+    try:
+        obj = decode_body(body[5 : 5 + json_len])
+        if obj.get("type") == "chunk":
+            if "data" in obj:
+                return None
+            chunk = parse_message({**obj, "data": ""})
+            assert isinstance(chunk, Chunk)
+            return BinaryChunk(chunk.id, chunk.stream, tail, chunk.last)
+        msg = parse_message(obj)
+    except PortError:
+        return None
+    if not isinstance(msg, Result) or not isinstance(msg.value, dict):
+        return None
+    if msg.value.keys() != {"size"} or type(msg.value["size"]) is not int:
+        return None
+    return BinaryResult(msg.id, tail) if msg.value["size"] == len(tail) else None
+
+
+def check_binary(body: bytes) -> None:
+    """The binary decoder refuses with PROTOCOL or agrees with :func:`general_binary`."""
+    from flux_system import PortError, PortReason
+    from flux_system.remote._binary import decode_binary
+
+    try:
+        got: object = decode_binary(body)
+    except PortError as exc:
+        assert exc.reason is PortReason.PROTOCOL
+        got = None
+    assert got == general_binary(body), "binary decoder disagrees"
+
+
 def check_bytes(data: bytes) -> None:
     from flux_system import PortError, PortReason
     from flux_system.remote._frame import FrameDecoder, encode_frame
     from flux_system.remote._wire import parse_message
 
     check_fast_paths(data[4:] if len(data) >= 4 else data)
+    check_binary(data[4:] if len(data) >= 4 else data)
     whole = _feed([data])
     cut = zlib.crc32(data) % (len(data) + 1)  # a split point that varies with the input
     split = _feed([data[:cut], data[cut:]])
@@ -153,6 +203,7 @@ def main() -> None:
     import pydantic  # noqa: F401
 
     with atheris.instrument_imports(include=["flux_system"]):
+        import flux_system.remote._binary
         import flux_system.remote._canonical
         import flux_system.remote._frame
         import flux_system.remote._wire  # noqa: F401

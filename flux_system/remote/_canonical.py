@@ -22,7 +22,7 @@ import re
 import typing
 from json.encoder import encode_basestring
 
-from flux_system.remote._frame import DEFAULT_MAX_FRAME, HEADER, protocol_error
+from flux_system.remote._frame import DEFAULT_MAX_FRAME, HEADER, encode_frame, protocol_error
 
 __all__ = [
     "encode_chunk",
@@ -69,8 +69,6 @@ def encode_request(
         PortError: ``PROTOCOL`` when the body would exceed *max_frame*.
         UnicodeEncodeError: a string holds a lone surrogate (as ``encode_frame``).
     """
-    from flux_system.remote._frame import encode_frame
-
     if op == "read_bytes" and type(rid) is int and len(args) == 2:  # the hot one
         path, limit = args.get("path"), args.get("limit", 0.5)  # 0.5: not this spelling
         if (

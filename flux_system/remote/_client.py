@@ -34,6 +34,8 @@ from flux_system._exceptions import (
     UnreachableError,
 )
 from flux_system.port import Identity
+from flux_system.remote._binary import BINARY_VERSION, BinaryResult, decode_binary, refuse_binary
+from flux_system.remote._call import Call, lost_error
 from flux_system.remote._canonical import (
     encode_chunk,
     encode_request,
@@ -42,18 +44,16 @@ from flux_system.remote._canonical import (
 )
 from flux_system.remote._channel import Channel
 from flux_system.remote._errors import error_from_body
-from flux_system.remote._frame import FrameDecoder, decode_body, encode_frame
-from flux_system.remote._ops import IDEMPOTENT, b64d, decode_identity
+from flux_system.remote._frame import decode_body, encode_frame
+from flux_system.remote._hello import handshake
+from flux_system.remote._ops import b64d, decode_identity
 from flux_system.remote._wire import (
-    PROTOCOL_NAME,
-    SUPPORTED_VERSIONS,
     Chunk,
     ErrorMsg,
     Event,
     Goodbye,
     Pong,
     Result,
-    Welcome,
     parse_message,
 )
 
@@ -63,54 +63,6 @@ _RECV = 256 * 1024
 _MIN_BEAT_S = 0.01
 _MAX_BEAT_S = 60.0
 """Pinging more often than the server asks is harmless; this bounds both ways."""
-
-
-_ENDING = threading.Lock()  # orders Call.finish against the lazy creation of Call.done
-
-
-class Call:
-    """One request in flight: its answer, download parts, and (for spawn) events.
-
-    ``ended`` turns True once, when the answer (or the connection's loss) is in;
-    ``done`` is the same fact as an event to wait on, made only when someone asks for
-    it (a caller that reads its own answer never waits, and need not pay for one).
-    """
-
-    def __init__(self, rid: int, op: str) -> None:
-        self.id = rid
-        self.op = op
-        self.sent = False
-        self.ended = False
-        self._done: threading.Event | None = None
-        self.value: object = None
-        self.error: BaseException | None = None
-        self.download: list[bytes] = []
-        self.room: int | None = 0  # download bytes still allowed (None: unbounded)
-        self.on_chunk: Callable[[str, bytes], None] | None = None
-        self.on_event: Callable[[Event], None] | None = None
-
-    @property
-    def done(self) -> threading.Event:
-        event = self._done
-        if event is None:
-            with _ENDING:
-                event = self._done
-                if event is None:
-                    event = self._done = threading.Event()
-                    if self.ended:
-                        event.set()
-        return event
-
-    def finish(self, value: object = None, error: BaseException | None = None) -> None:
-        with _ENDING:
-            if self.ended:
-                return
-            self.value = value
-            self.error = error
-            self.ended = True
-            event = self._done
-        if event is not None:
-            event.set()
 
 
 class Client:
@@ -139,17 +91,19 @@ class Client:
         self._last_pong = time.monotonic()
         self._pings = 0  # nonce of the last ping sent
         self._pongs = 0  # nonce of the last pong read
-        self.welcome = self._handshake(token, client_name)
+        self.welcome, self._decoder, pending = handshake(
+            channel, target=target, token=token, name=client_name, timeout=timeout
+        )
+        self.version = self.welcome.version
         self.identity: Identity = decode_identity(self.welcome.server.model_dump())
         self.operations = frozenset(self.welcome.operations)
         self.max_chunk = self.welcome.limits.max_chunk
         self._max_frame = self.welcome.limits.max_frame
         try:
-            for obj in self._pending:  # frames that came in with the welcome
+            for obj in pending:  # frames that came in with the welcome
                 self._route(obj)
         except Exception as exc:
             self._lose(exc)
-        self._pending.clear()
         self._reader = threading.Thread(
             target=self._background, name=f"flux-remote-{target}", daemon=True
         )
@@ -158,83 +112,6 @@ class Client:
             target=self._heartbeat, name="flux-remote-heartbeat", daemon=True
         )
         self._beat.start()
-
-    # -- handshake -----------------------------------------------------------------------
-
-    def _handshake(self, token: str | None, name: str) -> Welcome:
-        hello: dict[str, object] = {
-            "type": "hello",
-            "protocol": PROTOCOL_NAME,
-            "versions": list(SUPPORTED_VERSIONS),
-            "client": name,
-        }
-        if token is not None:
-            hello["token"] = token
-        self._decoder = FrameDecoder()
-        self._pending: list[dict[str, object]] = []
-        # The channel blocks: a server that never answers would hold recv (and a send
-        # into a full pipe) forever. At the deadline the channel is shut, which ends both.
-        settled = threading.Lock()  # taken once: by the timer firing, or by the answer
-        timer = threading.Timer(self._timeout, self._expire, (settled,))
-        timer.daemon = True
-        timer.start()
-        try:
-            self._ch.send_all(encode_frame(hello))
-            first = self._recv_one(deadline=time.monotonic() + self._timeout)
-            if not settled.acquire(blocking=False):
-                raise ConnectionError("the handshake timed out")
-        except (PortError, OSError) as exc:
-            self._ch.close()
-            if not settled.acquire(blocking=False):  # the timer fired and shut the channel
-                raise UnreachableError(
-                    f"{self.target}: no handshake answer within {self._timeout:g} s",
-                    op="connect",
-                    target=self.target,
-                ) from exc
-            if isinstance(exc, PortError):
-                raise
-            raise UnreachableError(
-                f"{self.target}: handshake failed: {exc}", op="connect", target=self.target
-            ) from exc
-        finally:
-            timer.cancel()
-        msg = parse_message(first)
-        if isinstance(msg, Goodbye):
-            self._ch.close()
-            reason = PortReason.AUTH if msg.reason == "auth" else PortReason.PROTOCOL
-            raise PortError(
-                f"{self.target} refused the connection ({msg.reason}): {msg.message}",
-                op="connect",
-                target=self.target,
-                reason=reason,
-            )
-        if not isinstance(msg, Welcome) or msg.version not in SUPPORTED_VERSIONS:
-            self._ch.close()
-            raise PortError(
-                f"{self.target} answered the handshake with {msg.type!r}",
-                op="connect",
-                target=self.target,
-                reason=PortReason.PROTOCOL,
-            )
-        return msg
-
-    def _expire(self, settled: threading.Lock) -> None:
-        if settled.acquire(blocking=False):  # else the answer came first
-            self._ch.shutdown()
-
-    def _recv_one(self, deadline: float) -> dict[str, object]:
-        while not self._pending:
-            if time.monotonic() > deadline:
-                raise UnreachableError(
-                    f"{self.target}: no handshake answer", op="connect", target=self.target
-                )
-            data = self._ch.recv(_RECV)
-            if not data:
-                raise UnreachableError(
-                    f"{self.target} closed the connection", op="connect", target=self.target
-                )
-            self._pending.extend(self._decoder.feed(data))
-        return self._pending.pop(0)
 
     # -- calls ---------------------------------------------------------------------------
 
@@ -429,6 +306,9 @@ class Client:
     def _route_body(self, body: bytes) -> None:
         """Bulk frames in the canonical spelling skip JSON and the models (the same
         checks, done directly on the bytes); everything else takes the general path."""
+        if body[:1] == b"\x00":  # a binary frame (version 2: a small read's bytes, a chunk)
+            self._binary(body)
+            return
         chunk = fast_chunk(body)
         if chunk is not None:
             rid, stream, data, _last = chunk
@@ -444,6 +324,26 @@ class Client:
                 self._end(call, value={"size": len(data), "bytes": data})
             return
         self._route(decode_body(body))
+
+    def _binary(self, body: bytes) -> None:
+        if self.version < BINARY_VERSION:
+            raise refuse_binary(self.version)
+        got = decode_binary(body)
+        call = self._calls.get(got.id)
+        if call is None:
+            return  # an answer to a call already given up on
+        if not isinstance(got, BinaryResult):
+            self._chunk(call, got.stream, got.data)  # as a JSON chunk is
+            return
+        data = got.data
+        if call.op != "read_bytes" or (call.room is not None and len(data) > call.room):
+            raise PortError(
+                f"a binary result of {len(data)} bytes for {call.op} (room {call.room})",
+                op=call.op,
+                target=self.target,
+                reason=PortReason.PROTOCOL,
+            )
+        self._end(call, value={"size": len(data), "bytes": data})
 
     def _chunk(self, call: Call, stream: str, data: bytes) -> None:
         if stream == "download":
@@ -506,22 +406,7 @@ class Client:
             self._turn.notify()  # the background reader closes the fd once nobody reads
         self._ch.shutdown()  # wakes a thread blocked reading
         for call in calls:
-            call.finish(error=self._lost_error(call, exc))
-
-    def _lost_error(self, call: Call, exc: BaseException) -> PortError:
-        why = "closed" if self._closed else f"lost: {exc}"
-        if not call.sent or call.op in IDEMPOTENT:
-            err: PortError = UnreachableError(
-                f"{self.target}: connection {why}", op=call.op, target=self.target
-            )
-        else:
-            err = UnknownOutcomeError(
-                f"{self.target}: connection {why} after {call.op} was sent; its outcome is unknown",
-                op=call.op,
-                target=self.target,
-            )
-        err.__cause__ = exc
-        return err
+            call.finish(error=lost_error(call, exc, target=self.target, closed=self._closed))
 
     def _heartbeat(self) -> None:
         # The server's figure, held to a sane range: a ping storm (1e-9) or a heartbeat

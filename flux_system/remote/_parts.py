@@ -61,7 +61,12 @@ class RemoteFiles:
 
     def read_bytes(self, path: str, *, limit: int | None = None) -> bytes:
         call = self._c.exchange("read_bytes", {"path": path, "limit": limit})
-        value = _expect(self._c.wait(call), dict, "read_bytes")
+        value = self._c.wait(call)
+        if type(value) is dict:  # the fast paths' answer: the checks below, inline
+            got, size = value.get("bytes"), value.get("size")
+            if type(got) is bytes and type(size) is int and size == len(got):
+                return got
+        value = _expect(value, dict, "read_bytes")
         size = _expect(value.get("size"), int, "read_bytes")
         data: bytes
         if "bytes" in value:  # decoded on the fast path

@@ -18,6 +18,11 @@ often the very process whose answer it awaits — made a round trip three times 
 polling at all). (The threshold is above the
 budget because a woken thread's slow start is what the polling removes: without it the
 answers of a quick exchange arrive later than the budget, and polling never begins.)
+A yield that kept the poller off its CPU for more than :data:`CONTENDED_S` means
+another task wanted that CPU: the receive then blocks at once, and so do the next
+:data:`REST_AFTER_CONTENTION` ones (decision 0130) — under contention a blocked thread
+is woken (and preempts the task running) sooner than a poller that yielded gets its
+turn back.
 
 Guarantees: the bound above (per receive, at most ``MAX_SPIN_S`` of CPU spent
 polling), and nothing changes what is received — a poll that finds nothing falls
@@ -34,13 +39,21 @@ import threading
 import time
 import typing
 
-__all__ = ["MAX_SPIN_S", "SPIN_AFTER_S", "SpinBudget"]
+__all__ = ["CONTENDED_S", "MAX_SPIN_S", "REST_AFTER_CONTENTION", "SPIN_AFTER_S", "SpinBudget"]
 
 MAX_SPIN_S = 200e-6
 """The longest a receive polls before blocking."""
 
 SPIN_AFTER_S = 1e-3
 """A receive polls only if the previous one waited less than this."""
+
+CONTENDED_S = 50e-6
+"""A yield that kept the poller off its CPU longer than this means another task needed
+the CPU: the receive blocks at once (a wake-up then preempts that task, where a poller
+that yielded waits for the end of its slice)."""
+
+REST_AFTER_CONTENTION = 64
+"""Receives that block at once after a contended poll, before polling is tried again."""
 
 _DONTWAIT = socket.MSG_DONTWAIT
 _yield = os.sched_yield
@@ -53,11 +66,12 @@ _POLLING = threading.Lock()
 class SpinBudget:
     """The polling budget of one socket's receives (used by its one reading thread)."""
 
-    __slots__ = ("_budget", "_clock")
+    __slots__ = ("_budget", "_clock", "_rest")
 
     def __init__(self, clock: typing.Callable[[], float] = time.perf_counter) -> None:
         self._budget = 0.0
         self._clock = clock
+        self._rest = 0  # receives left that block at once (after a contended poll)
 
     @property
     def budget_s(self) -> float:
@@ -72,16 +86,22 @@ class SpinBudget:
         """
         clock = self._clock
         start = clock()
-        if self._budget and _POLLING.acquire(blocking=False):
+        if self._rest:
+            self._rest -= 1
+        elif self._budget and _POLLING.acquire(blocking=False):
             try:
                 end = start + self._budget
                 while True:
                     try:
                         got = sock.recv_into(view, 0, _DONTWAIT)
                     except BlockingIOError:
-                        if clock() >= end:
+                        now = clock()
+                        if now >= end:
                             break
                         _yield()  # another runnable task on this CPU goes first
+                        if clock() - now > CONTENDED_S:  # and one did: block, and rest
+                            self._rest = REST_AFTER_CONTENTION
+                            break
                         continue
                     self._learn(clock() - start)
                     return got

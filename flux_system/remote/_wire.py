@@ -39,7 +39,7 @@ __all__ = [
 ]
 
 PROTOCOL_NAME = "flux-port"
-SUPPORTED_VERSIONS = (1,)
+SUPPORTED_VERSIONS = (1, 2)  # 2: binary read results (_binary.py)
 
 MAX_ID = 2**53 - 1  # exact in every JSON implementation (JavaScript's Number included)
 Id = Annotated[int, Field(ge=1, le=MAX_ID, strict=True)]

@@ -47,3 +47,23 @@ def test_harness_catches_a_decoder_that_drops_a_split_frame() -> None:
 
 def test_atheris_runs_the_harness() -> None:
     run_atheris("fuzz_port_frames", runs=400, timeout=90)
+
+
+def test_harness_catches_a_binary_decoder_that_trusts_the_size() -> None:
+    harness = load_harness("fuzz_port_frames")
+    from flux_system.remote import _binary
+
+    real = _binary.decode_binary
+
+    def trusting(body: bytes) -> _binary.BinaryResult | _binary.BinaryChunk:
+        got = real(body)
+        return got._replace(data=got.data + b"!")  # more bytes than were sent
+
+    _binary.decode_binary = trusting
+    try:
+        harness.check_binary(harness.SEEDS[-2])
+    except AssertionError:
+        return
+    finally:
+        _binary.decode_binary = real
+    raise AssertionError("the harness did not notice a binary decoder that disagrees")

@@ -115,10 +115,10 @@ def caught(call: Callable[[], object]) -> BaseException:
     raise AssertionError("the call did not fail")
 
 
-def then_welcome(after: Behaviour, **limits: float) -> Behaviour:
+def then_welcome(after: Behaviour, *, version: int = 1, **limits: float) -> Behaviour:
     def behave(conn: socket.socket) -> None:
         assert read_frame(conn)["type"] == "hello"
-        conn.sendall(frame(welcome(**limits)))
+        conn.sendall(frame({**welcome(**limits), "version": version}))
         after(conn)
 
     return behave
@@ -240,3 +240,84 @@ def test_a_heartbeat_interval_past_any_clock_keeps_the_heartbeat_running() -> No
     finally:
         threading.excepthook = old_hook
     assert crashed == []
+
+
+def _binary_answer(size: int | None = None) -> Behaviour:
+    """Answer the first request with a binary result of b"abc" (its size: *size*)."""
+
+    def answer(conn: socket.socket) -> None:
+        req = read_frame(conn)
+        head = b'{"type":"result","id":%d,"value":{"size":%d}}' % (req["id"], size or 3)
+        body = b"\x00" + struct.pack(">I", len(head)) + head + b"abc"
+        conn.sendall(struct.pack(">I", len(body)) + body)
+        conn.recv(1)
+
+    return answer
+
+
+def test_a_binary_result_answers_a_read_on_version_2() -> None:  # the positive control
+    with hostile(then_welcome(_binary_answer(), version=2)) as target:
+        sub = connect(target, timeout=5)
+        try:
+            assert sub.files.read_bytes("f") == b"abc"
+        finally:
+            sub.close()
+
+
+@pytest.mark.parametrize(
+    ("version", "call", "because"),
+    [
+        (1, lambda sub: sub.files.read_bytes("f"), "binary frame on a version-1 connection"),
+        (2, lambda sub: sub.files.stat("f"), "binary result of 3 bytes for stat"),
+        (2, lambda sub: sub.files.read_bytes("f", limit=2), "binary result of 3 bytes"),
+    ],
+    ids=["on-version-1", "for-a-stat", "past-the-reads-limit"],
+)
+def test_a_binary_result_where_none_may_come_is_a_protocol_error(
+    version: int, call: Callable[[Substrate], object], because: str
+) -> None:
+    with hostile(then_welcome(_binary_answer(), version=version)) as target:
+        sub: Substrate = connect(target, timeout=5)
+        try:
+            got = caught(lambda: call(sub))
+        finally:
+            sub.close()
+    assert isinstance(got, UnreachableError), got  # the connection is lost: a read
+    assert because in str(got.__cause__)
+
+
+def test_a_binary_result_whose_size_lies_is_a_protocol_error() -> None:
+    with hostile(then_welcome(_binary_answer(size=4), version=2)) as target:
+        sub = connect(target, timeout=5)
+        try:
+            got = caught(lambda: sub.files.read_bytes("f"))
+        finally:
+            sub.close()
+    assert isinstance(got, UnreachableError), got
+    assert "size" in str(got.__cause__)
+
+
+def _binary_download(conn: socket.socket) -> None:
+    req = read_frame(conn)
+    head = b'{"type":"chunk","id":%d,"stream":"download","last":false}' % req["id"]
+    body = b"\x00" + struct.pack(">I", len(head)) + head + b"abc"
+    conn.sendall(struct.pack(">I", len(body)) + body)
+    conn.recv(1)
+
+
+@pytest.mark.parametrize(
+    ("version", "because"),
+    [(1, "binary frame on a version-1 connection"), (2, "more download than it asked for")],
+    ids=["on-version-1", "past-the-reads-limit"],
+)
+def test_a_binary_download_chunk_is_held_to_the_json_chunks_rules(
+    version: int, because: str
+) -> None:
+    with hostile(then_welcome(_binary_download, version=version)) as target:
+        sub: Substrate = connect(target, timeout=5)
+        try:
+            got = caught(lambda: sub.files.read_bytes("f", limit=2))
+        finally:
+            sub.close()
+    assert isinstance(got, UnreachableError), got
+    assert because in str(got.__cause__)

@@ -15,7 +15,13 @@ import typing
 import pytest
 
 from flux_system.remote._channel import SocketChannel
-from flux_system.remote._spin import MAX_SPIN_S, SPIN_AFTER_S, SpinBudget
+from flux_system.remote._spin import (
+    CONTENDED_S,
+    MAX_SPIN_S,
+    REST_AFTER_CONTENTION,
+    SPIN_AFTER_S,
+    SpinBudget,
+)
 
 
 class _Clock:
@@ -100,8 +106,9 @@ def test_the_poll_loop_is_bounded_by_the_budget() -> None:
         view = _armed(spin, a, b)
         clock.step = MAX_SPIN_S / 10
         _sent_late(b, b"z", lambda: spin.recv_into(a, view))
-        # start, ten or eleven polls reading the clock, then the blocking receive's end
-        assert clock.reads <= 14
+        # arming (2), start, five polls reading the clock twice (the budget, the
+        # yield's length: 2 steps each), the sixth's budget check, the blocking end
+        assert clock.reads <= 15
 
 
 def test_the_kernel_timeout_still_applies_after_polling() -> None:
@@ -146,3 +153,37 @@ def test_only_one_thread_polls_at_a_time() -> None:
             assert _reads_while_waiting(SpinBudget(), a, b) == 2  # it blocked at once
         finally:
             _spin._POLLING.release()
+
+
+def test_a_contended_poll_blocks_and_the_next_receives_block_at_once() -> None:
+    """A yield that kept the poller off its CPU (another task ran) ends the polling:
+    under contention a blocked receive is woken sooner than a yielded poller runs."""
+    a, b = _pair()
+    with a, b:
+        clock = _Clock(step=0.0)
+        spin = SpinBudget(clock)
+        view = _armed(spin, a, b)
+        clock.step = CONTENDED_S * 1.01  # a yield is one step: contended
+        got = _sent_late(b, b"c", lambda: spin.recv_into(a, view))
+        assert bytes(view[:got]) == b"c"
+        assert clock.reads - 2 == 4  # start, one poll (budget, yield), blocking end
+        clock.step = 0.0  # every wait now looks quick: polling would be armed
+        for _ in range(REST_AFTER_CONTENTION):
+            clock.reads = 0
+            b.sendall(b"r")
+            assert spin.recv_into(a, view) == 1
+            assert clock.reads == 2  # it blocked at once: no poll loop ran
+        clock.reads = 0
+        got = _sent_late(b, b"p", lambda: spin.recv_into(a, view))
+        assert clock.reads > 2  # the rest is over: it polls again
+
+
+def test_an_uncontended_poll_keeps_polling() -> None:  # the control of the test above
+    a, b = _pair()
+    with a, b:
+        clock = _Clock(step=0.0)
+        spin = SpinBudget(clock)
+        view = _armed(spin, a, b)
+        clock.step = CONTENDED_S * 0.99
+        _sent_late(b, b"c", lambda: spin.recv_into(a, view))
+        assert clock.reads - 2 > 4
