@@ -23,6 +23,8 @@ def _leaf(value: object) -> str | None:
     if value is None or isinstance(value, bool):
         return None
     if isinstance(value, str):
+        if str.isascii(value):  # O(1), and no subclass override consulted: no surrogate
+            return None
         try:
             value.encode("utf-8")
         except UnicodeEncodeError:
@@ -46,7 +48,9 @@ def unrecordable(value: object, depth: int = 0) -> str | None:
     """
     if depth > _MAX_INPUT_DEPTH:
         return f"nests deeper than {_MAX_INPUT_DEPTH}"
-    if isinstance(value, Mapping):
+    if type(value) is str:  # the usual leaf, without the Mapping ABC's instance check
+        return _leaf(value)
+    if type(value) is dict or isinstance(value, Mapping):
         for key, item in value.items():
             if not isinstance(key, str):
                 return f"has a {type(key).__name__} key (object keys are strings)"

@@ -115,6 +115,11 @@ def compile_schema(schema: Mapping[str, Any]) -> Validator:
     return lambda value: check(value, "$")
 
 
+# Type tuples built once: ``int | float`` in a hot isinstance builds a union per call.
+_NUMBER = (int, float)
+_ARRAY = (list, tuple)
+
+
 def _compile(schema: Mapping[str, Any]) -> _Check:
     kind = schema.get("type")
     types = _TYPES[kind] if kind is not None else None
@@ -145,12 +150,12 @@ def _compile(schema: Mapping[str, Any]) -> _Check:
                 errors.append(f"{where}: shorter than {min_len}")
             if has_max_len and len(value) > max_len:
                 errors.append(f"{where}: longer than {max_len}")
-        elif isinstance(value, int | float) and not isinstance(value, bool):
+        elif isinstance(value, _NUMBER) and not isinstance(value, bool):
             if has_min and value < minimum:  # type: ignore[operator]
                 errors.append(f"{where}: below {minimum}")
             if has_max and value > maximum:  # type: ignore[operator]
                 errors.append(f"{where}: above {maximum}")
-        elif isinstance(value, list | tuple):
+        elif isinstance(value, _ARRAY):
             if len(value) < min_items:
                 errors.append(f"{where}: fewer than {min_items} items")
             if has_max_items and len(value) > max_items:
