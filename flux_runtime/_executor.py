@@ -216,14 +216,15 @@ class Executor:
             )
         if ctx.batch_approved is not None:
             self._take_admitted(op, inp, ctx.batch_approved)
-        self._approve(op, inp, ctx, decision, record)
+        if decision.effect is Effect.APPROVAL_REQUIRED or op.risk is Risk.DESTRUCTIVE:
+            self._approve(op, inp, ctx, decision, record)  # (which checks the same again)
 
     def _run(self, op: Operation, inp: dict[str, Any], ctx: Context) -> Result:
         """The handler over the substrate, with the walk gate set for its run."""
         roots = self._kept_roots()
         gate = WALK_GATE.set(lambda name: self._allows(op, name, ctx, roots))
         try:
-            return op.handler(self.substrate, self._resolve(op, inp))
+            return op.handler(self.substrate, self._resolve(op, inp) if op.secrets else inp)
         finally:
             WALK_GATE.reset(gate)
 
@@ -423,21 +424,31 @@ class Executor:
         seen = memo.get(id(text))
         if seen is not None and seen[0] is text:
             return seen[1]
-        done = _text(self.redactor.redact(text))
+        done = self.redactor.redact(text)
+        if not str.isascii(done):
+            done = _text(done)
         memo[id(text)] = (text, done)
         return done
 
     def _redact_tree(self, value: Any, memo: _Memo) -> Any:
         """Redact every str (keys included) and bytes in a JSON-like tree; other
-        objects go through the redactor's own structure walk."""
+        objects go through the redactor's own structure walk. (A short ASCII ``str``
+        key or value cannot hold a pattern: it is kept as it is without a call.)"""
         if isinstance(value, str):
             return self._redact_str(value, memo)
         if isinstance(value, dict):
-            walk, text = self._redact_tree, self._redact_str
-            return {
-                (text(k, memo) if type(k) is str else walk(k, memo)): walk(v, memo)
-                for k, v in value.items()
-            }
+            out = {}
+            for key, item in value.items():
+                k, v = key, item
+                if not (type(key) is str and len(key) < _SHORTEST and str.isascii(key)):
+                    k = self._redact_tree(key, memo)
+                if type(item) is str:
+                    if not (len(item) < _SHORTEST and str.isascii(item)):
+                        v = self._redact_str(item, memo)
+                else:
+                    v = self._redact_tree(item, memo)
+                out[k] = v
+            return out
         if isinstance(value, _ARRAY):
             return [self._redact_tree(v, memo) for v in value]
         if value is None or isinstance(value, _SCALAR):
