@@ -60,7 +60,6 @@ _Memo = dict[int, tuple[str, str]]
 _now, _UTC = dt.datetime.now, dt.UTC
 _ARRAY = (list, tuple)  # built once: ``list | tuple`` in isinstance builds a union per call
 _SCALAR = (bool, int, float)
-_EFFECT = {effect: effect.value for effect in Effect}  # (an enum's .value is a descriptor)
 _RANK = {Effect.ALLOW: 0, Effect.APPROVAL_REQUIRED: 1, Effect.DENY: 2}
 
 
@@ -205,7 +204,8 @@ class Executor:
         """Record *decision*; refuse a deny, a batch claim not admitted, or a call
         that needs approval and does not get it."""
         record["decision"] = {
-            "effect": _EFFECT[decision.effect],
+            # _value_ is .value without enum's Python-level property (3.11)
+            "effect": decision.effect._value_,
             "rules": list(decision.determining_rules),
         }
         if decision.effect is Effect.DENY:
