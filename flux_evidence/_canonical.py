@@ -169,7 +169,8 @@ def encode_data(data: Any) -> tuple[bytes, Any]:
         raise _unencodable(exc) from exc
     if not same:
         raise _unencodable(None)
-    if too_deep(text, copy):
+    # too_deep's own first test, inlined (hot path): few brackets cannot nest too deep
+    if text.count("[") + text.count("{") > MAX_DATA_DEPTH and too_deep(text, copy):
         raise EvidenceError(
             f"value nests deeper than {MAX_DATA_DEPTH} arrays/objects",
             op="encode",

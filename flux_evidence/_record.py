@@ -237,6 +237,9 @@ def _new_labels(kind: str, session: str | None, actor: str | None) -> tuple[byte
     return labels
 
 
+_sha256 = hashlib.sha256
+_join = b"".join
+
 # The envelope after "data", in canonical key order, with the "hash" field left out.
 _TAIL = (
     b',"kind":%b,"prev_hash":"%b","seq":%d,"session":%b,"ts":%d,"turn":%b,"version":'
@@ -294,9 +297,12 @@ def build_record(  # noqa: PLR0917 - per-record hot path: positional call
         )
     except ValueError as exc:  # an int beyond the interpreter's int/str digit limit
         raise _unencodable("an integer field is too large") from exc
-    raw_hash = hashlib.sha256(prev_raw + head + tail).digest()
+    hasher = _sha256(prev_raw)  # fed piecewise: no concatenated copy of the line
+    hasher.update(head)
+    hasher.update(tail)
+    raw_hash = hasher.digest()
     record_hash = raw_hash.hex()
-    line = b'%b,"hash":"%b"%b\n' % (head, record_hash.encode(), tail)
+    line = _join((head, b',"hash":"', record_hash.encode(), b'"', tail, b"\n"))
     if len(line) > MAX_LINE_BYTES:
         raise EvidenceError(
             f"record exceeds {MAX_LINE_BYTES} bytes", op="append", reason=EvidenceReason.TOO_LARGE

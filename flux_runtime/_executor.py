@@ -27,12 +27,12 @@ of the workspace between decision and operation (decision 0106).
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import posixpath
 import re
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from hashlib import sha256
 from typing import Any
 
 from flux_policy import Decision, Effect, Request
@@ -55,6 +55,11 @@ _REF = re.compile(r"secret:(?:env|file)/[A-Za-z0-9_./-]+")
 EXCERPT = 2000
 _SHORTEST = 6  # bytes: no registered pattern is shorter (flux_secret's variants floor)
 VIEW_EXCERPT = 160  # of a result's view, in its evidence record (with its sha256)
+# Redactions done within one call, by the id of the string redacted: (it, redacted).
+_Memo = dict[int, tuple[str, str]]
+_now, _UTC = dt.datetime.now, dt.UTC
+_ARRAY = (list, tuple)  # built once: ``list | tuple`` in isinstance builds a union per call
+_SCALAR = (bool, int, float)
 _RANK = {Effect.ALLOW: 0, Effect.APPROVAL_REQUIRED: 1, Effect.DENY: 2}
 
 
@@ -133,52 +138,22 @@ class Executor:
         self._admitted: dict[str, list[tuple[str, str]]] = {}  # batch digest -> actions left
 
     # -- the pipeline ------------------------------------------------------------
+    # One method per stage (the bench times each in place by wrapping it on an
+    # instance: bench/bench_runtime.py); the order is the module docstring's.
     def dispatch(self, call: Call, ctx: Context) -> Outcome:
+        name = call.op
+        if not (type(name) is str and len(name) <= 200 and name.isascii()):
+            name = str(name)[:200].encode("utf-8", "replace").decode("utf-8")
         record: dict[str, Any] = {
-            "op": str(call.op)[:200].encode("utf-8", "replace").decode("utf-8"),
+            "op": name,
             "policy_digest": self.policy_digest,
             "batch": ctx.batch_approved,
         }
         try:
-            op = self.catalog.get(call.op)
-            if ctx.offered is not None and op.name not in ctx.offered:
-                raise EnvelopeError(
-                    "operation not offered in this stage",
-                    op=op.name,
-                    reason=EnvelopeReason.NOT_OFFERED,
-                )
-            inp = dict(call.input) if isinstance(call.input, Mapping) else call.input
-            why = unrecordable(inp)
-            if why is not None:  # refused before anything runs, and recorded as refused
-                record["input"] = f"(not recorded: {why})"
-                raise EnvelopeError(f"input {why}", op=op.name, reason=EnvelopeReason.INVALID_INPUT)
-            record["input"] = self._redact_tree(inp, {})
-            problems = op.validate(inp)
-            if problems:
-                raise EnvelopeError(
-                    "; ".join(problems)[:1000], op=op.name, reason=EnvelopeReason.INVALID_INPUT
-                )
+            op, inp = self._admit(call, ctx, record)
             decision = self._decide(op, inp, ctx)
-            record["decision"] = {
-                "effect": decision.effect.value,
-                "rules": list(decision.determining_rules),
-            }
-            if decision.effect is Effect.DENY:
-                raise EnvelopeError(
-                    "; ".join(decision.reasons) or "denied",
-                    op=op.name,
-                    reason=EnvelopeReason.POLICY_DENIED,
-                )
-            if ctx.batch_approved is not None:
-                self._take_admitted(op, inp, ctx.batch_approved)
-            self._approve(op, inp, ctx, decision, record)
-            roots = self._kept_roots()
-            gate = WALK_GATE.set(lambda name: self._allows(op, name, ctx, roots))
-            try:
-                result = op.handler(self.substrate, self._resolve(op, inp))
-            finally:
-                WALK_GATE.reset(gate)
-            outcome = self._redacted(op.name, result)
+            self._authorize(op, inp, ctx, decision, record)
+            outcome = self._redacted(op.name, self._run(op, inp, ctx))
         except EnvelopeError as exc:
             outcome = self._failed(str(call.op), exc.reason, str(exc))
         except RedactionError as exc:  # a result it cannot walk: withheld, never shown raw
@@ -189,19 +164,84 @@ class Executor:
         except Exception as exc:  # guarded IO refused or failed: a result, not a crash
             msg = f"{type(exc).__name__}: {exc}"
             outcome = self._failed(str(call.op), EnvelopeReason.OPERATION_FAILED, msg)
+        self._record(record, outcome, ctx)
+        return outcome
+
+    def _admit(
+        self, call: Call, ctx: Context, record: dict[str, Any]
+    ) -> tuple[Operation, dict[str, Any]]:
+        """The known, offered operation and its input, recorded (redacted) and
+        checked against the schema; an input evidence cannot hold is refused first."""
+        op = self.catalog.get(call.op)
+        if ctx.offered is not None and op.name not in ctx.offered:
+            raise EnvelopeError(
+                "operation not offered in this stage",
+                op=op.name,
+                reason=EnvelopeReason.NOT_OFFERED,
+            )
+        given = call.input
+        inp: Any = dict(given) if type(given) is dict or isinstance(given, Mapping) else given
+        why = unrecordable(inp)
+        if why is not None:  # refused before anything runs, and recorded as refused
+            record["input"] = f"(not recorded: {why})"
+            raise EnvelopeError(f"input {why}", op=op.name, reason=EnvelopeReason.INVALID_INPUT)
+        record["input"] = self._redact_tree(inp, {})
+        problems = op.validate(inp)
+        if problems:
+            raise EnvelopeError(
+                "; ".join(problems)[:1000], op=op.name, reason=EnvelopeReason.INVALID_INPUT
+            )
+        return op, inp
+
+    def _authorize(
+        self,
+        op: Operation,
+        inp: dict[str, Any],
+        ctx: Context,
+        decision: Decision,
+        record: dict[str, Any],
+    ) -> None:
+        """Record *decision*; refuse a deny, a batch claim not admitted, or a call
+        that needs approval and does not get it."""
+        record["decision"] = {
+            # _value_ is .value without enum's Python-level property (3.11)
+            "effect": decision.effect._value_,
+            "rules": list(decision.determining_rules),
+        }
+        if decision.effect is Effect.DENY:
+            raise EnvelopeError(
+                "; ".join(decision.reasons) or "denied",
+                op=op.name,
+                reason=EnvelopeReason.POLICY_DENIED,
+            )
+        if ctx.batch_approved is not None:
+            self._take_admitted(op, inp, ctx.batch_approved)
+        if decision.effect is Effect.APPROVAL_REQUIRED or op.risk is Risk.DESTRUCTIVE:
+            self._approve(op, inp, ctx, decision, record)  # (which checks the same again)
+
+    def _run(self, op: Operation, inp: dict[str, Any], ctx: Context) -> Result:
+        """The handler over the substrate, with the walk gate set for its run."""
+        roots = self._kept_roots()
+        gate = WALK_GATE.set(lambda name: self._allows(op, name, ctx, roots))
+        try:
+            return op.handler(self.substrate, self._resolve(op, inp) if op.secrets else inp)
+        finally:
+            WALK_GATE.reset(gate)
+
+    def _record(self, record: dict[str, Any], outcome: Outcome, ctx: Context) -> None:
+        """The one evidence record of the call: its outcome, the view's excerpt, length
+        and sha256 (decision 0105)."""
         view = outcome.view
-        record.update(
-            ok=outcome.ok,
-            reason=outcome.reason.value if outcome.reason else None,
-            error=outcome.error,
-            view=view[:VIEW_EXCERPT],
-            view_chars=len(view),
-            view_sha256=hashlib.sha256(view.encode("utf-8", "surrogatepass")).hexdigest(),
-        )
+        reason = outcome.reason
+        record["ok"] = outcome.ok
+        record["reason"] = None if reason is None else reason.value
+        record["error"] = outcome.error
+        record["view"] = view[:VIEW_EXCERPT]
+        record["view_chars"] = len(view)
+        record["view_sha256"] = sha256(view.encode("utf-8", "surrogatepass")).hexdigest()
         self.evidence.append(
             "operation", record, session=ctx.session, turn=ctx.turn, actor=ctx.caller
         )
-        return outcome
 
     def admissible(self, call: Call, ctx: Context) -> bool:
         """Whether *call* names a known, offered operation with valid input that the
@@ -222,7 +262,7 @@ class Executor:
     def _allows(self, op: Operation, name: str, ctx: Context, roots: dict[str, str]) -> bool:
         """Whether *op* may look at workspace file *name* without asking (walk gate):
         by its name and by where it resolves (a link to a denied file is skipped)."""
-        now = dt.datetime.now(dt.UTC)
+        now = _now(_UTC)
         evaluate = self._evaluator.evaluate
         resource = f"workspace/{posixpath.normpath(name)}"
         first = evaluate(Request(ctx.caller, op.name, resource, trust=ctx.trust, now=now))
@@ -283,7 +323,7 @@ class Executor:
     def _decide(self, op: Operation, inp: Mapping[str, Any], ctx: Context) -> Decision:
         """The strictest decision over the declared names, then (unless those are
         denied already) over where the paths resolve."""
-        now = dt.datetime.now(dt.UTC)
+        now = _now(_UTC)
         worst: Decision | None = None
         evaluate, rank = self._evaluator.evaluate, _RANK
         names = list(op.resources(inp))
@@ -367,32 +407,51 @@ class Executor:
         return raw if isinstance(raw, str) else raw.decode("utf-8", "replace")
 
     def _redacted(self, name: str, result: Result) -> Outcome:
-        memo: dict[str, str] = {}  # each distinct string redacted once (view == content text)
+        memo: _Memo = {}  # each string object redacted once (the view is the content text)
         content = self._redact_tree(result.content, memo)
         return Outcome(name, True, content, self._redact_str(result.view, memo))
 
-    def _redact_str(self, text: str, memo: dict[str, str]) -> str:
+    def _redact_str(self, text: str, memo: _Memo) -> str:
         # Every pattern a Redactor matches is at least 6 bytes long (flux_secret.variants).
-        if len(text) < _SHORTEST and (
-            text.isascii() or len(text.encode("utf-8", "surrogatepass")) < _SHORTEST
-        ):
-            return _text(text)
-        done = memo.get(text)
-        if done is None:
-            done = memo[text] = _text(self.redactor.redact(text))
+        if len(text) < _SHORTEST:
+            if str.isascii(text):  # valid Unicode as it is (what _text returns)
+                return text
+            if len(text.encode("utf-8", "surrogatepass")) < _SHORTEST:
+                return _text(text)
+        # Keyed by identity, not value: no hashing of a large text, and no __eq__ or
+        # __hash__ of a str subclass consulted. The memo holds *text*, so its id is
+        # not reused while the memo lives.
+        seen = memo.get(id(text))
+        if seen is not None and seen[0] is text:
+            return seen[1]
+        done = self.redactor.redact(text)
+        if not str.isascii(done):
+            done = _text(done)
+        memo[id(text)] = (text, done)
         return done
 
-    def _redact_tree(self, value: Any, memo: dict[str, str]) -> Any:
+    def _redact_tree(self, value: Any, memo: _Memo) -> Any:
         """Redact every str (keys included) and bytes in a JSON-like tree; other
-        objects go through the redactor's own structure walk."""
+        objects go through the redactor's own structure walk. (A short ASCII ``str``
+        key or value cannot hold a pattern: it is kept as it is without a call.)"""
         if isinstance(value, str):
             return self._redact_str(value, memo)
         if isinstance(value, dict):
-            walk = self._redact_tree
-            return {walk(k, memo): walk(v, memo) for k, v in value.items()}
-        if isinstance(value, list | tuple):
+            out = {}
+            for key, item in value.items():
+                k, v = key, item
+                if not (type(key) is str and len(key) < _SHORTEST and str.isascii(key)):
+                    k = self._redact_tree(key, memo)
+                if type(item) is str:
+                    if not (len(item) < _SHORTEST and str.isascii(item)):
+                        v = self._redact_str(item, memo)
+                else:
+                    v = self._redact_tree(item, memo)
+                out[k] = v
+            return out
+        if isinstance(value, _ARRAY):
             return [self._redact_tree(v, memo) for v in value]
-        if value is None or isinstance(value, bool | int | float):
+        if value is None or isinstance(value, _SCALAR):
             return value
         if isinstance(value, Mapping):
             return self._redact_tree(dict(value), memo)

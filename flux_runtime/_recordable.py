@@ -23,6 +23,8 @@ def _leaf(value: object) -> str | None:
     if value is None or isinstance(value, bool):
         return None
     if isinstance(value, str):
+        if str.isascii(value):  # O(1), and no subclass override consulted: no surrogate
+            return None
         try:
             value.encode("utf-8")
         except UnicodeEncodeError:
@@ -46,16 +48,29 @@ def unrecordable(value: object, depth: int = 0) -> str | None:
     """
     if depth > _MAX_INPUT_DEPTH:
         return f"nests deeper than {_MAX_INPUT_DEPTH}"
-    if isinstance(value, Mapping):
+    if type(value) is str:  # the usual leaf, without the Mapping ABC's instance check
+        return _leaf(value)
+    # An ASCII str (its own flag, never an override) one level down is recordable as
+    # it is, unless that level is itself too deep: checked here without a call.
+    shallow = depth < _MAX_INPUT_DEPTH
+    if type(value) is dict or isinstance(value, Mapping):
         for key, item in value.items():
             if not isinstance(key, str):
                 return f"has a {type(key).__name__} key (object keys are strings)"
-            why = _leaf(key) or unrecordable(item, depth + 1)
+            if not (type(key) is str and str.isascii(key)):
+                why = _leaf(key)
+                if why is not None:
+                    return why
+            if shallow and type(item) is str and str.isascii(item):
+                continue
+            why = unrecordable(item, depth + 1)
             if why is not None:
                 return why
         return None
     if isinstance(value, (list, tuple)):
         for item in value:
+            if shallow and type(item) is str and str.isascii(item):
+                continue
             why = unrecordable(item, depth + 1)
             if why is not None:
                 return why

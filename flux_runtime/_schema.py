@@ -14,13 +14,18 @@ returns for the same value — a differential test holds it to that.
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Callable, Mapping
 from typing import Any
 
 __all__ = ["Validator", "check_schema", "compile_schema", "validate"]
 
 Validator = Callable[[object], list[str]]
-_Check = Callable[[object, str], list[str]]
+
+
+class _Check(typing.Protocol):
+    def __call__(self, value: object, where: str = ..., /) -> list[str]: ...
+
 
 _KEYWORDS = frozenset(
     {
@@ -111,8 +116,13 @@ def validate(value: object, schema: Mapping[str, Any], where: str = "$") -> list
 def compile_schema(schema: Mapping[str, Any]) -> Validator:
     """A validator for *schema* (already accepted by :func:`check_schema`): the same
     violations, in the same order, as ``validate(value, schema)``."""
-    check = _compile(schema)
-    return lambda value: check(value, "$")
+    check: Validator = _compile(schema)  # its where defaults to "$": no wrapper frame
+    return check
+
+
+# Type tuples built once: ``int | float`` in a hot isinstance builds a union per call.
+_NUMBER = (int, float)
+_ARRAY = (list, tuple)
 
 
 def _compile(schema: Mapping[str, Any]) -> _Check:
@@ -132,7 +142,7 @@ def _compile(schema: Mapping[str, Any]) -> _Check:
     required = tuple(schema.get("required", ()))
     closed = "additionalProperties" in schema
 
-    def check(value: object, where: str) -> list[str]:
+    def check(value: object, where: str = "$", /) -> list[str]:
         if types is not None and (
             not isinstance(value, types) or (numeric and isinstance(value, bool))
         ):
@@ -145,12 +155,12 @@ def _compile(schema: Mapping[str, Any]) -> _Check:
                 errors.append(f"{where}: shorter than {min_len}")
             if has_max_len and len(value) > max_len:
                 errors.append(f"{where}: longer than {max_len}")
-        elif isinstance(value, int | float) and not isinstance(value, bool):
+        elif isinstance(value, _NUMBER) and not isinstance(value, bool):
             if has_min and value < minimum:  # type: ignore[operator]
                 errors.append(f"{where}: below {minimum}")
             if has_max and value > maximum:  # type: ignore[operator]
                 errors.append(f"{where}: above {maximum}")
-        elif isinstance(value, list | tuple):
+        elif isinstance(value, _ARRAY):
             if len(value) < min_items:
                 errors.append(f"{where}: fewer than {min_items} items")
             if has_max_items and len(value) > max_items:

@@ -187,8 +187,9 @@ class Redactor:
 
     def _intervals(self, snap: Snapshot, data: bytes, *, text: bool) -> list[Interval]:
         found = snap.find(data)
-        if snap.detectors:
-            found += detect(snap.dset, data, 0, [0] * len(snap.detectors), final=True)
+        detectors = snap.dset.detectors  # (Snapshot.detectors, without the property call)
+        if detectors:
+            found += detect(snap.dset, data, 0, [0] * len(detectors), final=True)
         if text and found:
             found = [snap_out(data, iv) for iv in found]
         return merge(found) if found else found
@@ -215,7 +216,7 @@ class Redactor:
         text = str.__str__(text)  # the text itself: a subclass's encode() could hide a secret
         data = text.encode("utf-8", "surrogatepass")
         ascii_only = text.isascii()  # O(1): byte offsets are then character offsets
-        merged = self._intervals(self._snapshot(), data, text=not ascii_only)
+        merged = self._intervals(self._registry.snapshot(), data, text=not ascii_only)
         if not merged:
             return text
         markers = [self._marker_for(n).decode("utf-8", "surrogatepass") for _, _, n in merged]

@@ -131,13 +131,23 @@ _NO_LINKS = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_SYMLINKS
 def link_free(rootfd: int, path: bytes) -> bool:
     """Whether *path* exists beneath *rootfd* reached through no symlink at all.
 
-    One ``openat2(O_PATH, RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS|RESOLVE_NO_MAGICLINKS)``:
+    One ``openat2(O_PATH, RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS|RESOLVE_NO_MAGICLINKS)``
+    (and its ``close``); for one name directly in *rootfd* (no ``/``, not ``..``), one
+    ``lstat`` of it instead, which answers the same: nothing is traversed on the way.
     True only when the kernel found every component, none of them a link. False for
     anything else — a link anywhere, a missing component, no ``openat2`` here — which
     means "cannot tell", not "has a link".
     """
     if not openat2_available():
         return False
+    if b"/" not in path and path != b"..":  # one name in the root's own directory
+        # The same answer in one plain syscall: no component is traversed on the way to
+        # it, so it is link-free exactly when it exists and is no link itself (a magic
+        # link is a link to lstat, and "." is the root).
+        try:
+            return not stat.S_ISLNK(os.stat(path, dir_fd=rootfd, follow_symlinks=False).st_mode)
+        except OSError:
+            return False
     fd: int = _syscall(_OPENAT2_NR, rootfd, path, _how(_LINK_FREE_FLAGS, 0, _NO_LINKS), _HOW_SIZE)
     if fd < 0:
         return False

@@ -316,7 +316,8 @@ class Workspace(Mutations):
 
         Then it resolves to the name given (:meth:`resolve` would return its root's
         path joined with it, normalized): a caller deciding on where a path leads can
-        skip the resolution. One ``openat2`` with ``RESOLVE_NO_SYMLINKS``. False means
+        skip the resolution. One ``openat2`` with ``RESOLVE_NO_SYMLINKS`` (one ``lstat``
+        for a name directly in its root: the same answer). False means
         "cannot tell" (a link somewhere, a missing component, a kernel without
         ``openat2``): ask :meth:`resolve`. Like :meth:`resolve`, for policy subjects
         only: the tree may change right after.

@@ -30,6 +30,8 @@ def tree(tmp_path: Path) -> Path:
     (tmp_path / "d" / "to-key").symlink_to("../secrets/key")
     (tmp_path / "dangling").symlink_to("nowhere")
     (tmp_path / "out").symlink_to("/etc")
+    (tmp_path / "top.txt").write_text("t")
+    os.mkfifo(tmp_path / "fifo")
     return tmp_path
 
 
@@ -49,6 +51,14 @@ def tree(tmp_path: Path) -> Path:
         ("d/missing/f", False),
         ("d/e/f.txt/", False),  # a trailing slash on a file
         ("out/passwd", False),  # leaves the root through a link
+        # one name in the root's own directory (answered by one lstat)
+        ("top.txt", True),
+        ("secrets", True),
+        ("fifo", True),  # exists, no link (reading it is another check's business)
+        ("out", False),  # a link to outside
+        ("..", False),  # the root's parent is not beneath it
+        ("top.txt/", False),
+        ("./top.txt", True),
     ],
 )
 def test_link_free_cases(tree: Path, path: str, expected: bool) -> None:
