@@ -64,7 +64,12 @@ class RemoteFiles:
         value = self._c.wait(call)
         if type(value) is dict:  # the fast paths' answer: the checks below, inline
             got, size = value.get("bytes"), value.get("size")
-            if type(got) is bytes and type(size) is int and size == len(got):
+            if (
+                type(got) is bytes
+                and type(size) is int
+                and size == len(got)
+                and (limit is None or size <= limit)
+            ):
                 return got
         value = _expect(value, dict, "read_bytes")
         size = _expect(value.get("size"), int, "read_bytes")
@@ -78,6 +83,13 @@ class RemoteFiles:
         if len(data) != size:
             raise PortError(
                 f"read_bytes of {path!r}: {len(data)} of {size} bytes arrived",
+                op="read_bytes",
+                target=path,
+                reason=PortReason.PROTOCOL,
+            )
+        if limit is not None and size > limit:  # a result of any form, as a download is
+            raise PortError(
+                f"read_bytes of {path!r}: {size} bytes answered a read of at most {limit}",
                 op="read_bytes",
                 target=path,
                 reason=PortReason.PROTOCOL,
