@@ -115,6 +115,16 @@ def caught(call: Callable[[], object]) -> BaseException:
     raise AssertionError("the call did not fail")
 
 
+def failed_read(behave: Behaviour, **kwargs: Any) -> BaseException:
+    """What a real client's ``read_bytes("f", **kwargs)`` raised against *behave*."""
+    with hostile(behave) as target:
+        sub = connect(target, timeout=5)
+        try:
+            return caught(lambda: sub.files.read_bytes("f", **kwargs))
+        finally:
+            sub.close()
+
+
 def then_welcome(after: Behaviour, *, version: int = 1, **limits: float) -> Behaviour:
     def behave(conn: socket.socket) -> None:
         assert read_frame(conn)["type"] == "hello"
@@ -150,12 +160,7 @@ def test_a_download_past_the_reads_limit_is_refused() -> None:
             conn.sendall(frame({**piece, "last": False}))
             sent[0] += 1 << 20
 
-    with hostile(then_welcome(endless)) as target:
-        sub = connect(target, timeout=5)
-        try:
-            got = caught(lambda: sub.files.read_bytes("f", limit=10))
-        finally:
-            sub.close()
+    got = failed_read(then_welcome(endless), limit=10)
     assert sent[0] >= 1 << 20  # positive control: the flood was sent
     assert isinstance(got, UnreachableError), got
     assert "more download than it asked for" in str(got.__cause__)
@@ -287,12 +292,7 @@ def test_a_binary_result_where_none_may_come_is_a_protocol_error(
 
 
 def test_a_binary_result_whose_size_lies_is_a_protocol_error() -> None:
-    with hostile(then_welcome(_binary_answer(size=4), version=2)) as target:
-        sub = connect(target, timeout=5)
-        try:
-            got = caught(lambda: sub.files.read_bytes("f"))
-        finally:
-            sub.close()
+    got = failed_read(then_welcome(_binary_answer(size=4), version=2))
     assert isinstance(got, UnreachableError), got
     assert "size" in str(got.__cause__)
 
