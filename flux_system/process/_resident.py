@@ -28,6 +28,7 @@ from __future__ import annotations
 import collections
 import errno
 import os
+import select
 import threading
 import time
 import typing
@@ -36,9 +37,10 @@ from collections.abc import Callable
 __all__ = ["Job", "Jobs", "Resident", "hand_off", "serve"]
 
 _EXIT_POLLS = 2000  # x 0.5 ms: a thread's exit after join takes microseconds
-Job = tuple[Callable[[], None], list[BaseException], int]
-"""A callable for a worker thread, the list its exception lands in, and the eventfd
-the worker signals when the job is over."""
+_OVER_POLL_S = 0.001  # after an interrupt: how often the job's end is looked for
+Job = tuple[Callable[[], None], list[BaseException], int, list[bool]]
+"""A callable for a worker thread, the list its exception lands in, the eventfd the
+worker signals when the job is over, and the list it marks once it has signalled."""
 
 
 @typing.final
@@ -100,24 +102,41 @@ def hand_off(jobs: Jobs, fn: Callable[[], None]) -> None:
     resident thread and the sandbox's confined spawner thread.
     """
     errors: list[BaseException] = []
+    over: list[bool] = []
     done = os.eventfd(0, os.EFD_CLOEXEC)
     try:
-        jobs.put((fn, errors, done))
+        jobs.put((fn, errors, done, over))
     except BaseException:
         os.close(done)
         raise
     interrupted: BaseException | None = None
-    while True:
-        try:
-            os.eventfd_read(done)
-            break
-        except BaseException as exc:  # re-raised once the fork is over
-            interrupted = exc
-    os.close(done)  # only now: the worker has written its last to it
+    try:
+        os.eventfd_read(done)
+    except BaseException as exc:  # re-raised once the job is over
+        interrupted = exc
+        _wait_over(done, over)
+    finally:
+        os.close(done)  # only now: the worker has written its last to it
     if errors:
         raise errors[0]
     if interrupted is not None:
         raise interrupted
+
+
+def _wait_over(done: int, over: list[bool]) -> None:
+    """Wait, through any further interrupt, until the worker is past its job.
+
+    After an interrupt it is not known whether the read of *done* consumed the
+    worker's signal (a signal handler's exception can land just after the read
+    returned), so this never reads: it looks for *done* readable (not yet consumed)
+    or *over* marked (the worker has signalled), whichever shows first.
+    """
+    while True:
+        try:
+            if over or select.select([done], [], [], _OVER_POLL_S)[0]:
+                return
+        except BaseException:  # noqa: S112 - the first interrupt is the one re-raised
+            continue
 
 
 def serve(jobs: Jobs, error: BaseException | None = None) -> None:
@@ -131,7 +150,7 @@ def serve(jobs: Jobs, error: BaseException | None = None) -> None:
             job = jobs.get()
             if job is None:
                 return
-            fn, errors, done = job
+            fn, errors, done, over = job
             try:
                 if error is not None:
                     raise error
@@ -140,6 +159,7 @@ def serve(jobs: Jobs, error: BaseException | None = None) -> None:
                 errors.append(exc)
             finally:
                 os.eventfd_write(done, 1)
+                over.append(True)  # after the write: the caller may close done now
     finally:
         jobs.retire()
 

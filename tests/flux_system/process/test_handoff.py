@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import os
+import select
 import signal
 import threading
 import time
@@ -126,5 +127,54 @@ def test_an_interrupt_waits_for_the_job_before_it_is_raised() -> None:
         hand_off(jobs, slow)
     interrupter.join()
     assert finished.is_set()  # the job was over before the interrupt surfaced
+    jobs.close()
+    worker.join(5)
+
+
+@pytest.mark.parametrize("jobs_raise", [False, True])
+def test_an_interrupt_landing_just_after_the_wait_returned_does_not_wait_again(
+    monkeypatch: pytest.MonkeyPatch, jobs_raise: bool
+) -> None:
+    """A signal handler's exception can surface right after the read of the job's end
+    returned (the worker's signal consumed). Seen as ``flux exec`` hanging forever on a
+    SIGINT that landed there: the hand-off read again a count already taken. Its
+    positive control: the first read really consumed the end before the interrupt."""
+    jobs = Jobs()
+    worker = _worker(jobs)
+    real_read = os.eventfd_read
+    consumed: list[int] = []
+    waited_again: list[int] = []
+
+    caller = threading.get_ident()
+
+    def read_then_interrupt(fd: int) -> int:
+        if threading.get_ident() != caller:  # the worker's own wait for jobs
+            return real_read(fd)
+        if consumed:  # a second wait on an end already consumed would never return
+            if not select.select([fd], [], [], 0)[0]:
+                waited_again.append(fd)
+                os.eventfd_write(fd, 1)  # so that the defect fails this test, not hangs it
+            return real_read(fd)
+        consumed.append(real_read(fd))
+        raise KeyboardInterrupt  # as if SIGINT's handler ran as the read returned
+
+    ran: list[int] = []
+
+    def job() -> None:
+        ran.append(1)
+        if jobs_raise:
+            raise OSError(errno.EAGAIN, "the job's own error")
+
+    monkeypatch.setattr("flux_system.process._resident.os.eventfd_read", read_then_interrupt)
+    expected = OSError if jobs_raise else KeyboardInterrupt
+    before = _fds()
+    with pytest.raises(expected):
+        hand_off(jobs, job)
+    monkeypatch.undo()
+    assert consumed == [1] and ran == [1]
+    assert waited_again == []
+    assert _fds() <= before  # the job's eventfd closed
+    hand_off(jobs, lambda: ran.append(2))  # the worker still serves
+    assert ran == [1, 2]
     jobs.close()
     worker.join(5)
