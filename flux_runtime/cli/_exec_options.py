@@ -12,9 +12,9 @@ import math
 import os
 import typing
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from flux_runtime.cli._text import shown
+from flux_system._record import record
 from flux_system.process import is_denied_hook
 
 __all__ = ["ExecOptions", "UsageError", "add_options", "options"]
@@ -25,7 +25,7 @@ class UsageError(Exception):
 
 
 @typing.final
-@dataclass(frozen=True, slots=True)
+@record
 class ExecOptions:
     argv: tuple[str, ...]
     workspace: str

@@ -13,8 +13,8 @@ write, and a parent it swapped for a symlink must not take the host's write else
 from __future__ import annotations
 
 import typing
-from dataclasses import dataclass
 
+from flux_system._record import record
 from flux_system.process import OutputTotals
 from flux_system.sandbox import Denials
 
@@ -24,7 +24,7 @@ REPORT_SCHEMA = "flux.exec.report/1"
 
 
 @typing.final
-@dataclass(slots=True)
+@record(frozen=False)
 class Outcome:
     """What one ``flux exec`` run came to (filled in as it goes)."""
 

@@ -7,8 +7,8 @@ import threading
 import time
 import typing
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass
 
+from flux_system._record import record
 from flux_system.process._confine import Denials
 from flux_system.process._drain import LineObserver, Ring
 from flux_system.process._flowdrive import drive_flow
@@ -20,7 +20,7 @@ __all__ = ["ChildOutput", "ChildStatus", "ManagedChild", "OutputTotals"]
 
 
 @typing.final
-@dataclass(frozen=True, slots=True)
+@record
 class ChildOutput:
     """Output buffered since the previous :meth:`ManagedChild.read_output`.
 
@@ -35,7 +35,7 @@ class ChildOutput:
 
 
 @typing.final
-@dataclass(frozen=True, slots=True)
+@record
 class ChildStatus:
     """``running``, or the exit status (``exit_code == -N`` and ``signal == N`` if killed)."""
 
@@ -46,7 +46,7 @@ class ChildStatus:
 
 
 @typing.final
-@dataclass(frozen=True, slots=True)
+@record
 class OutputTotals:
     """Byte counts of a child's output so far, per stream.
 

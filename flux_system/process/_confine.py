@@ -16,15 +16,15 @@ from __future__ import annotations
 import threading
 import typing
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 
+from flux_system._record import field, record
 from flux_system.process._limits import Limits
 
 __all__ = ["Confinement", "Denial", "Denials", "Launch", "SandboxLike"]
 
 
 @typing.final
-@dataclass(frozen=True, slots=True)
+@record
 class Denial:
     """One thing the sandbox refused: the layer, the syscall or path, the errno returned."""
 
@@ -36,7 +36,7 @@ class Denial:
 
 
 @typing.final
-@dataclass(frozen=True, slots=True)
+@record
 class Denials:
     """What a sandboxed run was denied, as far as the host could observe.
 
@@ -52,7 +52,7 @@ class Denials:
 
 
 @typing.final
-@dataclass(slots=True)
+@record(frozen=False)
 class Launch:
     """What to exec for one confined child (built per spawn by the confinement).
 

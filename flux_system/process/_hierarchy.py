@@ -22,7 +22,8 @@ import contextlib
 import os
 import re
 import typing
-from dataclasses import dataclass
+
+from flux_system._record import record
 
 __all__ = ["Hierarchy", "detect", "find", "reset"]
 
@@ -32,7 +33,7 @@ _MAX_MOUNTS = 65536
 
 
 @typing.final
-@dataclass(frozen=True, slots=True)
+@record
 class Hierarchy:
     """The cgroup this process sits in, in the hierarchy trees are contained in.
 

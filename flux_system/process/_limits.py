@@ -13,7 +13,8 @@ import ctypes
 import resource
 import typing
 from collections.abc import Callable
-from dataclasses import dataclass
+
+from flux_system._record import record
 
 __all__ = ["Limits", "Privileges", "make_preexec"]
 
@@ -30,7 +31,7 @@ def _check(name: str, value: int | None, *, minimum: int) -> None:
 
 
 @typing.final
-@dataclass(frozen=True, slots=True)
+@record
 class Limits:
     """Per-child resource limits (``None`` = inherit). ``timeout`` is the wall-time limit.
 
@@ -69,7 +70,7 @@ class Limits:
 
 
 @typing.final
-@dataclass(frozen=True, slots=True)
+@record
 class Privileges:
     """Privilege settings for children.
 

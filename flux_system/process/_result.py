@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import typing
-from dataclasses import dataclass
 
+from flux_system._record import record
 from flux_system.process._confine import Denials
 from flux_system.process._drain import decode_capped
 
@@ -15,7 +15,7 @@ DEFAULT_OUTPUT_CAP = 1 << 20
 
 
 @typing.final
-@dataclass(frozen=True, slots=True)
+@record
 class RunResult:
     """What a child did: exit status and its (capped) output.
 

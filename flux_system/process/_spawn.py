@@ -28,10 +28,10 @@ import threading
 import time
 import typing
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import NamedTuple
 
 from flux_system._exceptions import ProcessError, ProcessReason, SpawnError
+from flux_system._record import record
 from flux_system.process._cgroup import CgroupPool
 from flux_system.process._confine import Confinement, Denials, Launch
 from flux_system.process._drain import devnull
@@ -63,7 +63,7 @@ class SpawnSpec(NamedTuple):
 
 
 @typing.final
-@dataclass(slots=True)
+@record(frozen=False)
 class Spawned:
     """A started child: its Popen (for reaping), pidfd, tree and our pipe ends."""
 

@@ -23,9 +23,9 @@ import os
 import threading
 import typing
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from flux_system._exceptions import ProcessError, ProcessReason
+from flux_system._record import record
 from flux_system.process._drain import CHUNK, LineObserver, _Lines, devnull, grow_pipe
 
 __all__ = ["ChildStdin", "Flow", "OutputChunk", "StreamSink"]
@@ -40,7 +40,7 @@ _PIPE_DEFAULT = 1 << 16
 
 
 @typing.final
-@dataclass(frozen=True, slots=True)
+@record
 class OutputChunk:
     """Bytes one output stream produced, as read (not split at lines).
 

@@ -21,10 +21,10 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any, Final, final
 
 from flux_system._exceptions import SandboxReason, SandboxUnavailableError
+from flux_system._record import record
 from flux_system.process import RunResult, System
 from flux_system.sandbox._audit_check import Out, check_created, check_level
 from flux_system.sandbox._audit_plan import Entry, capture_plan, make_plan, normalised
@@ -234,7 +234,7 @@ def audit_protected_paths(
 
 
 @final
-@dataclass(frozen=True, slots=True)
+@record
 class AuditedRun:
     """A run's result with the audit of its protected paths."""
 

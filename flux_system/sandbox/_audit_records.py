@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
 from typing import Final, final
 
+from flux_system._record import field, record
 from flux_system.workspace import FileKind
 
 __all__ = ["MAX_AUDIT_RECORDS", "AuditChange", "AuditRecord", "AuditReport"]
@@ -25,7 +25,7 @@ class AuditChange(enum.Enum):
 
 
 @final
-@dataclass(frozen=True, slots=True)
+@record
 class AuditRecord:
     """One difference, as the run result reports it (``layer`` ``protected_paths``).
 
@@ -47,7 +47,7 @@ class AuditRecord:
 
 
 @final
-@dataclass(frozen=True, slots=True)
+@record
 class AuditReport:
     """Every difference found (at most :data:`MAX_AUDIT_RECORDS`, the rest counted)."""
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from dataclasses import dataclass
 from typing import Final, final
 
+from flux_system._record import record
 from flux_system.workspace import FileKind
 
 __all__ = [
@@ -59,7 +59,7 @@ class TreeError(Exception):
 
 
 @final
-@dataclass(frozen=True, slots=True)
+@record
 class Node:
     """One name as captured: type, permission bits, identity and (for a leaf) content.
 

@@ -14,13 +14,12 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import tempfile
 import threading
 import typing
-from dataclasses import dataclass
 
 import flux_system.sandbox._landlock as _landlock
 import flux_system.sandbox._libseccomp as _libseccomp
+from flux_system._record import record
 from flux_system.process._cgroup import pids_hierarchy_available
 
 __all__ = ["BwrapInfo", "HostInfo", "find_bwrap", "probe"]
@@ -31,7 +30,7 @@ _MAX_BWRAP_BYTES = 16 << 20  # the binary is ~70 KiB; scanned for its option tab
 
 
 @typing.final
-@dataclass(frozen=True, slots=True)
+@record
 class BwrapInfo:
     """A bwrap binary and what it supports (``usable`` after a real trial run)."""
 
@@ -45,7 +44,7 @@ class BwrapInfo:
 
 
 @typing.final
-@dataclass(frozen=True, slots=True)
+@record
 class HostInfo:
     """One snapshot of what the host supports (see :func:`probe`)."""
 
@@ -127,6 +126,8 @@ def _scan_binary(path: str) -> tuple[str | None, bool, bool]:
 
 def _trial(path: str) -> tuple[str | None, bool, str]:
     """Run a real ``true`` in fresh namespaces with *path* (through the spawn builder)."""
+    import tempfile  # here: only this probe needs it
+
     from flux_system.process import System
     from flux_system.workspace import Workspace
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 import os
 import sys
 import typing
-from dataclasses import dataclass, field
 
+from flux_system._record import field, record
 from flux_system.sandbox._host import HostInfo
 from flux_system.sandbox._profile import LAYERS, Profile
 from flux_system.sandbox._report import Guarantee, LayerStatus, SandboxReport
@@ -29,7 +29,7 @@ LANDLOCK_DENIALS = (
 
 
 @typing.final
-@dataclass(frozen=True, slots=True)
+@record
 class Plan:
     backend: str  # "bwrap", "landlock" or "none"
     network: str

@@ -14,7 +14,6 @@ Not guaranteed: anything on a host without libseccomp (:func:`load` returns ``No
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import threading
 import typing
@@ -262,6 +261,8 @@ _loaded: list[LibSeccomp | None] = []
 
 def _candidates() -> Iterator[str]:
     yield "libseccomp.so.2"
+    import ctypes.util  # here: it imports tempfile, shutil and subprocess's helpers
+
     found = ctypes.util.find_library("seccomp")
     if found:
         yield found

@@ -25,7 +25,8 @@ import contextlib
 import os
 import stat
 import typing
-from dataclasses import dataclass
+
+from flux_system._record import record
 
 __all__ = [
     "BUILTIN_PROTECTED",
@@ -89,7 +90,7 @@ _GIT_DATA = frozenset(
 
 
 @typing.final
-@dataclass(frozen=True, slots=True)
+@record
 class Found:
     """One protected path of a root: its relative name, fd (or why none), its parents."""
 
@@ -144,7 +145,7 @@ def _open_one(root_fd: int, rel: str) -> Found:
 
 
 @typing.final
-@dataclass(frozen=True, slots=True)
+@record
 class GitDirs:
     """:data:`GIT_DIR_PROTECTED` of the git directories below a root's ``.git``.
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import typing
-from dataclasses import dataclass
+
+from flux_system._record import record
 
 __all__ = ["GUARANTEES", "Guarantee", "LayerStatus", "SandboxReport"]
 
@@ -24,7 +25,7 @@ GUARANTEES = (
 
 
 @typing.final
-@dataclass(frozen=True, slots=True)
+@record
 class LayerStatus:
     """One layer: ``available`` on this host, ``active`` in this sandbox, and why not."""
 
@@ -37,7 +38,7 @@ class LayerStatus:
 
 
 @typing.final
-@dataclass(frozen=True, slots=True)
+@record
 class Guarantee:
     """One guarantee: ``enforced`` or not, the layer that enforces it, and why."""
 
@@ -48,7 +49,7 @@ class Guarantee:
 
 
 @typing.final
-@dataclass(frozen=True, slots=True)
+@record
 class SandboxReport:
     """What a resolved sandbox does here (``Sandbox.report()``).
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 import typing
-from dataclasses import dataclass
+
+from flux_system._record import record
 
 __all__ = ["BACKENDS", "MODES", "SandboxSettings"]
 
@@ -28,7 +29,7 @@ def _paths(name: str, value: object, *, absolute: bool) -> tuple[str, ...]:
 
 
 @typing.final
-@dataclass(frozen=True, slots=True)
+@record
 class SandboxSettings:
     """What to confine with; resolved against the host by ``Sandbox.resolve``.
 

@@ -6,7 +6,8 @@ import enum
 import os
 import stat
 import typing
-from dataclasses import dataclass
+
+from flux_system._record import record
 
 __all__ = ["FileInfo", "FileKind"]
 
@@ -36,7 +37,7 @@ _KINDS: dict[int, FileKind] = {
 
 
 @typing.final
-@dataclass(frozen=True, slots=True)
+@record
 class FileInfo:
     """Metadata of one object beneath a workspace root, taken at one instant.
 

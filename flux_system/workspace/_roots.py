@@ -15,9 +15,9 @@ from __future__ import annotations
 import os
 import pathlib
 import typing
-from dataclasses import dataclass
 
 from flux_system._exceptions import ConfinementReason, PathEscapeError, map_os_errors
+from flux_system._record import record
 from flux_system.workspace._pathname import as_text
 
 __all__ = ["NamedRoot", "Root", "open_root", "remainder", "split_abs"]
@@ -26,7 +26,7 @@ _ROOT_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
 
 
 @typing.final
-@dataclass(frozen=True, slots=True)
+@record
 class NamedRoot:
     """A named root of a :class:`~flux_system.Workspace`, addressed as ``"@name/rel"``.
 

@@ -10,7 +10,7 @@ import pytest
 
 from flux_system import SandboxReason, SandboxUnavailableError, System, Workspace
 from flux_system.sandbox import BUILTIN_PROFILES, Sandbox, SandboxSettings, load_profile
-from flux_system.sandbox._profile import profile_dirs
+from flux_system.sandbox._profile import parse_profile, profile_dirs
 from tests.flux_system.sandbox._support import require_backend
 
 REPO = Path(__file__).resolve().parents[3]
@@ -137,3 +137,35 @@ def test_a_profile_file_inside_a_writable_root_is_refused(tmp_path: Path, backen
                 System(ws, sandbox=sandbox)
         assert err.value.reason is SandboxReason.BAD_PROFILE
         assert str(inside) in str(err.value) and "writable" in str(err.value)
+
+
+# -- the built-in profiles parsed ahead of time (decision 0137) -------------------------
+
+
+@pytest.mark.parametrize("name", BUILTIN_PROFILES)
+def test_the_compiled_built_in_profiles_match_their_files(name: str) -> None:
+    """What ``scripts/compile-profiles`` recorded is each file's text and its parse."""
+    import tomllib
+
+    from flux_system.sandbox._compiled_profiles import COMPILED
+
+    text = (REPO / "sandbox-profiles" / f"{name}.toml").read_text(encoding="utf-8")
+    assert COMPILED[name] == (text, tomllib.loads(text))
+    path = profile_dirs()[0] / f"{name}.toml"
+    assert load_profile(name) == parse_profile(
+        tomllib.loads(path.read_text(encoding="utf-8")), name=name, source=str(path)
+    )
+
+
+def test_an_edited_built_in_profile_is_parsed_from_its_own_text(tmp_path: Path) -> None:
+    from flux_system.sandbox._profile import _read
+
+    original = (REPO / "sandbox-profiles" / "default.toml").read_text(encoding="utf-8")
+    edited = tmp_path / "default.toml"
+    edited.write_text(original.replace("processes = 1024", "processes = 77"), encoding="utf-8")
+    assert "processes = 77" in edited.read_text(encoding="utf-8")  # the edit is real
+    table = _read(edited, "default.toml", builtin="default")
+    assert table["limits"]["processes"] == 77  # type: ignore[index]
+    edited.write_text(original + "\nbogus = [", encoding="utf-8")
+    with pytest.raises(SandboxUnavailableError, match="not valid TOML"):
+        _read(edited, "default.toml", builtin="default")

@@ -183,3 +183,17 @@ def test_netlink_only_when_the_profile_asks(netlink: bool) -> None:
         assert os.fstat(fd).st_size > 0
     finally:
         os.close(fd)
+
+
+def test_the_address_families_the_filter_names_are_the_kernels() -> None:
+    """The filter names the families as numbers (no socket import at start-up)."""
+    import socket
+
+    from flux_system.sandbox import _seccomp
+
+    assert (_seccomp.AF_UNIX, _seccomp.AF_INET, _seccomp.AF_INET6, _seccomp.AF_NETLINK) == (
+        socket.AF_UNIX,
+        socket.AF_INET,
+        socket.AF_INET6,
+        socket.AF_NETLINK,
+    )
