@@ -27,6 +27,7 @@ using zero-argument ``super()`` (the class is built once with its slots, not reb
 
 from __future__ import annotations
 
+import operator
 import typing
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -66,7 +67,18 @@ def _frozen_delattr(self: object, name: str) -> None:
 
 
 def _values(self: object) -> tuple[object, ...]:
-    return tuple(getattr(self, name) for name in type(self).__record_fields__)  # type: ignore[attr-defined]
+    values: tuple[object, ...] = type(self).__record_values__(self)  # type: ignore[attr-defined]
+    return values
+
+
+def _getter(names: tuple[str, ...]) -> Callable[[object], tuple[object, ...]]:
+    """The fields' values as a tuple, read in C (``attrgetter`` of two or more names)."""
+    if len(names) > 1:
+        return operator.attrgetter(*names)
+    if names:
+        only = operator.attrgetter(names[0])
+        return lambda obj: (only(obj),)
+    return lambda obj: ()
 
 
 def _repr(self: object) -> str:
@@ -188,6 +200,7 @@ def record(cls: _C | None = None, /, *, frozen: bool = True) -> Any:
         made = type(cls)(cls.__name__, cls.__bases__, ns)
         made.__qualname__ = cls.__qualname__
         type.__setattr__(made, "__record_fields__", tuple(names))
+        type.__setattr__(made, "__record_values__", staticmethod(_getter(tuple(names))))
         type.__setattr__(made, "__record_defaults__", tuple(defaults))
         type.__setattr__(made, "__match_args__", tuple(names))
         _make_init(made, tuple(names), tuple(defaults))
