@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
@@ -94,6 +95,28 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _fill_closed_std_fds() -> frozenset[int]:
+    """Put ``/dev/null`` on whichever of fds 0-2 is closed; return which were.
+
+    Done first, before anything opens a file: the lowest free fd would otherwise be
+    one of them, and a pipe or a cgroup directory opened later would pass for the
+    process's stdin or stdout (read as input, written with output).
+    """
+    closed = []
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            closed.append(fd)
+    for fd in closed:
+        got = os.open(os.devnull, os.O_RDWR)  # the lowest free fd: this one
+        if got != fd:  # pragma: no cover - the lower ones are open by now
+            os.dup2(got, fd, inheritable=False)
+            os.close(got)
+        os.set_inheritable(fd, False)  # not passed on as if it were a real stdin
+    return frozenset(closed)
+
+
 def _warm_up_early() -> None:
     """Start making ``flux exec``'s tree cgroup now (decision 0029, amended): on cgroup
     v1 it waits for an RCU grace period (~20 ms here), which then overlaps the rest of
@@ -107,6 +130,7 @@ def _warm_up_early() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``flux`` command line; return the process exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
+    closed = _fill_closed_std_fds() if argv is None else frozenset()
     if args == ["--version"]:  # without building any parser
         print(f"flux {_version()}")
         return 0
@@ -116,13 +140,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         _warm_up_early()
     parser = build_parser(only)
     parsed = parser.parse_args(args)
+    parsed.closed_std_fds = closed  # what the process was started without (fds 0-2)
     func: Callable[[argparse.Namespace], int] | None = getattr(parsed, "func", None)
     if func is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
     try:
         code = func(parsed)
-        sys.stdout.flush()
+        if sys.stdout is not None:  # None: started with fd 1 closed
+            sys.stdout.flush()
     except BrokenPipeError:
         # Nothing more can reach the reader; drop stdout so that the flush at
         # interpreter exit does not fail again and print a traceback.

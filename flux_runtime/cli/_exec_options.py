@@ -86,10 +86,13 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("argv", nargs=argparse.REMAINDER, help="-- ARGV...")
 
 
-def _stdin_mode(interactive: bool) -> str:
+def _stdin_mode(interactive: bool, closed: bool) -> str:
+    """*closed*: fd 0 was closed when flux started (main put /dev/null there)."""
+    if closed:
+        return "null"
     try:
         os.fstat(0)
-    except OSError:  # fd 0 closed
+    except OSError:  # fd 0 closed (options built outside main)
         return "null"
     if os.isatty(0) and not interactive:
         return "null"  # as docker run without -i: a background job never gets SIGTTIN
@@ -146,6 +149,6 @@ def options(args: argparse.Namespace) -> ExecOptions:
         timeout=timeout,
         output_cap=cap,
         env=_env(args.env, args.env_pass),
-        stdin_mode=_stdin_mode(args.interactive),
+        stdin_mode=_stdin_mode(args.interactive, 0 in getattr(args, "closed_std_fds", ())),
         report=report,
     )

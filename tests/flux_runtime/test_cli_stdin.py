@@ -132,3 +132,45 @@ def test_100_mib_stdin_streams_through_cat_in_bounded_memory(tmp_path: Path) -> 
     small = peak_rss_kib(1, tmp_path / "small.json")
     big = peak_rss_kib(100 * _MIB, tmp_path / "big.json")
     assert big - small <= 32 * 1024, f"peak RSS grew by {(big - small) // 1024} MiB"
+
+
+# -- started with one of fds 0-2 closed ----------------------------------------------------
+
+
+def _flux_with_closed(fd: int, tmp_path: Path, *command: str) -> subprocess.CompletedProcess[bytes]:
+    report = tmp_path / "report.json"
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    return subprocess.run(
+        [*flux_argv(), "exec", "--workspace", str(ws), "--report", str(report), "--", *command],
+        capture_output=True,
+        env=flux_env(),
+        timeout=HANG_GUARD_S,
+        check=False,
+        preexec_fn=lambda: os.close(fd),  # flux starts with this fd closed
+    )
+
+
+def test_started_with_stdin_closed_the_command_reads_eof_and_nothing_else(
+    tmp_path: Path,
+) -> None:
+    """Nothing flux opens (a cgroup directory, a pipe) may take fd 0's place and pass
+    for its stdin: the command sees end of input at once and the report says ``null``."""
+    run = _flux_with_closed(0, tmp_path, "sh", "-c", "wc -c; echo done")
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == [b"0", b"done"]
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["stdin"] == {"mode": "null", "bytes": 0}
+
+
+@pytest.mark.parametrize("fd", [1, 2])
+def test_started_with_stdout_or_stderr_closed_flux_runs_without_a_traceback(
+    tmp_path: Path, fd: int
+) -> None:
+    run = _flux_with_closed(fd, tmp_path, "sh", "-c", "echo out; echo err >&2; exit 3")
+    assert run.returncode == 3
+    other = run.stderr if fd == 1 else run.stdout
+    assert other == (b"err\n" if fd == 1 else b"out\n")  # the open one still works
+    assert b"Traceback" not in run.stderr + run.stdout
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["exit_code"] == 3
