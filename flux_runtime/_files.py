@@ -25,10 +25,14 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sqlite3
+import typing
+
+if typing.TYPE_CHECKING:
+    import sqlite3
 
 __all__ = [
     "ReplacedError",
+    "fill_closed_std_fds",
     "open_sqlite",
     "read_text",
     "real_dir",
@@ -49,6 +53,27 @@ class ReplacedError(Exception):
         super().__init__(f"{path}: {why}")
         self.path = path
         self.why = why
+
+
+def fill_closed_std_fds() -> frozenset[int]:
+    """Put ``/dev/null`` on whichever of fds 0-2 is closed; return which were.
+
+    For a program's very start, before anything opens a file: the lowest free fd would
+    otherwise be one of them, and a pipe or a cgroup directory opened later would pass
+    for the process's stdin or stdout (read as input, written with output).
+    """
+    closed = []
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            closed.append(fd)
+    for fd in closed:
+        got = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)  # the lowest free fd: this one
+        if got != fd:  # pragma: no cover - the lower ones are open by now
+            os.dup2(got, fd, inheritable=False)
+            os.close(got)
+    return frozenset(closed)
 
 
 def read_text(path: str, *, limit: int = 16 << 20) -> str:
@@ -78,6 +103,8 @@ def open_sqlite(path: str) -> sqlite3.Connection:
     Raises:
         OSError: the directory cannot be made; sqlite3.Error: the database cannot open.
     """
+    import sqlite3  # here: the CLI's start imports this module, and only sessions need it
+
     directory = os.path.dirname(path) or "."
     os.makedirs(directory, mode=0o700, exist_ok=True)
     os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))

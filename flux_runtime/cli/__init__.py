@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
+
+from flux_runtime._files import fill_closed_std_fds
 
 __all__ = ["EXIT_BROKEN_PIPE", "main"]
 
@@ -95,28 +96,6 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def _fill_closed_std_fds() -> frozenset[int]:
-    """Put ``/dev/null`` on whichever of fds 0-2 is closed; return which were.
-
-    Done first, before anything opens a file: the lowest free fd would otherwise be
-    one of them, and a pipe or a cgroup directory opened later would pass for the
-    process's stdin or stdout (read as input, written with output).
-    """
-    closed = []
-    for fd in (0, 1, 2):
-        try:
-            os.fstat(fd)
-        except OSError:
-            closed.append(fd)
-    for fd in closed:
-        got = os.open(os.devnull, os.O_RDWR)  # the lowest free fd: this one
-        if got != fd:  # pragma: no cover - the lower ones are open by now
-            os.dup2(got, fd, inheritable=False)
-            os.close(got)
-        os.set_inheritable(fd, False)  # not passed on as if it were a real stdin
-    return frozenset(closed)
-
-
 def _warm_up_early() -> None:
     """Start making ``flux exec``'s tree cgroup now (decision 0029, amended): on cgroup
     v1 it waits for an RCU grace period (~20 ms here), which then overlaps the rest of
@@ -130,7 +109,7 @@ def _warm_up_early() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``flux`` command line; return the process exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
-    closed = _fill_closed_std_fds() if argv is None else frozenset()
+    closed = fill_closed_std_fds() if argv is None else frozenset()
     if args == ["--version"]:  # without building any parser
         print(f"flux {_version()}")
         return 0
