@@ -299,13 +299,19 @@ class StreamSink:
 
     @property
     def held(self) -> bool:
-        """Paused with bytes the exited tree left in the pipe still to deliver.
+        """Bytes the exited tree left in the pipe are still to deliver (``budget``), or
+        the stream is paused before any budget was set.
 
-        Never after a kill: a killed child's remaining output is not waited for.
+        Owed whether or not the stream is paused at the moment: a consumer that makes
+        room just as the post-exit wait ends must still get them (the wait is for a
+        survivor holding the pipe, not for bytes already there). Never after a kill: a
+        killed child's remaining output is not waited for.
         """
         if self._flow.killed:
             return False
-        return self.paused and (self.budget is None or self.budget > 0)
+        if self.budget is None:
+            return self.paused
+        return self.budget > 0
 
     @property
     def _capped(self) -> bool:

@@ -243,3 +243,26 @@ def test_importing_flux_system_does_not_import_asyncio() -> None:
         [sys.executable, "-c", probe], capture_output=True, cwd=REPO, check=True, timeout=_GUARD_S
     )
     assert run.stdout == b"False\n"
+
+
+def test_bytes_left_by_an_exited_tree_stay_owed_when_the_consumer_makes_room() -> None:
+    """The post-exit wait ends only when nothing left in the pipe is owed: a consumer
+    that takes a chunk just as that wait runs out (the stream no longer paused) must not
+    make the rest count as abandoned. Seen as 1 MiB of 2 lost in about 1 run in 12 of
+    test_output_left_by_an_exited_child_is_delivered_at_the_consumers_pace."""
+    from flux_system.process._stream import _QUEUE_BYTES, Flow, OutputChunk, StreamSink
+
+    flow = Flow(cap=None, stdin=False)
+    sink = StreamSink("stdout", flow, None)
+    flow.put(OutputChunk("stdout", bytes(_QUEUE_BYTES), False))
+    assert sink.paused and sink.held  # paused, no budget yet: held (positive control)
+    sink.budget = 4096  # the leader exited with 4 KiB still in the pipe
+    assert sink.held
+    assert flow.get() is not None  # the consumer makes room
+    assert not sink.paused
+    assert sink.held  # still owed: read them, do not end the wait
+    sink.budget = 0
+    assert not sink.held
+    flow.killed = True
+    sink.budget = 4096
+    assert not sink.held  # after a kill nothing more is owed
