@@ -20,9 +20,13 @@ Guarantee — what a record has, as the dataclass it replaces had:
 - ``dataclasses.fields``, ``replace``, ``asdict`` and ``is_dataclass`` work:
   ``__dataclass_fields__`` is built on first use (the only time ``dataclasses`` is
   imported), from a dataclass twin with the same fields and defaults.
-Not supported (refused when the class is made): inheritance between records, fields
-with ``repr``/``compare``/``init`` options, ``ClassVar``/``InitVar`` fields, methods
-using zero-argument ``super()`` (the class is built once with its slots, not rebuilt).
+A user's subclass of a record is, as a subclass of a dataclass is, a dataclass with
+the record's fields. A ``__hash__`` the class sets itself (``None`` too) is kept.
+Refused when the class is made: inheritance between records, fields with
+``repr``/``compare``/``init`` options, ``ClassVar``/``InitVar`` fields, a ``list``,
+``dict`` or ``set`` default (``field(default_factory=...)``), zero-argument ``super()``
+in a method, property, classmethod or staticmethod (the class is built once with its
+slots, not rebuilt).
 """
 
 from __future__ import annotations
@@ -38,6 +42,9 @@ _T = TypeVar("_T")
 _C = TypeVar("_C", bound=type)
 
 
+_NONE: Any = object()  # a field with no default
+
+
 class _Factory:
     """The default of a field made by ``field(default_factory=...)``."""
 
@@ -47,8 +54,9 @@ class _Factory:
         self.factory = factory
 
 
-def field(*, default_factory: Callable[[], _T] | None = None, default: Any = None) -> Any:
-    """A field's default: a *default_factory* called per instance, or a plain *default*."""
+def field(*, default_factory: Callable[[], _T] | None = None, default: Any = _NONE) -> Any:
+    """A field's default: a *default_factory* called per instance, or a plain *default*
+    (neither: the field has none, as ``dataclasses.field()``)."""
     if default_factory is not None:
         return _Factory(default_factory)
     return default
@@ -113,6 +121,11 @@ class _Lazy:
     def __get__(self, obj: object, cls: type) -> object:
         import dataclasses
 
+        # The record itself, also when *cls* is a user's subclass of it (which is then
+        # a dataclass with the record's fields, as a subclass of a dataclass is).
+        owner = next(c for c in cls.__mro__ if "__record_fields__" in c.__dict__)
+        if owner is not cls:
+            return getattr(owner, self.attr)
         names: tuple[str, ...] = getattr(cls, "__record_fields__")  # noqa: B009
         defaults: tuple[object, ...] = getattr(cls, "__record_defaults__")  # noqa: B009
         spec = [
@@ -124,9 +137,6 @@ class _Lazy:
         for attr in ("__dataclass_fields__", "__dataclass_params__"):
             type.__setattr__(cls, attr, getattr(twin, attr))
         return getattr(cls, self.attr)
-
-
-_NONE = object()  # a field with no default
 
 
 def _field_of(dataclasses: Any, default: object) -> Any:
@@ -162,6 +172,17 @@ def _make_init(cls: type, names: tuple[str, ...], defaults: tuple[object, ...]) 
     type.__setattr__(cls, "__init__", init)
 
 
+def _uses_class_cell(value: object) -> bool:
+    """Whether *value* (a function, or a property, classmethod or staticmethod of one)
+    refers to ``__class__`` (zero-argument ``super()``)."""
+    if isinstance(value, property):
+        return any(_uses_class_cell(f) for f in (value.fget, value.fset, value.fdel))
+    if isinstance(value, (classmethod, staticmethod)):
+        return _uses_class_cell(value.__func__)
+    code = getattr(value, "__code__", None)
+    return code is not None and "__class__" in code.co_freevars
+
+
 @typing.overload
 def record(cls: _C, /) -> _C: ...
 
@@ -191,8 +212,14 @@ def record(cls: _C | None = None, /, *, frozen: bool = True) -> Any:
                 after_default = True
             elif after_default:
                 raise TypeError(f"{cls.__qualname__}.{name}: no default after a field with one")
+        for name, default in zip(names, defaults, strict=True):
+            if isinstance(default, (list, dict, set)):  # as dataclasses refuse them
+                raise ValueError(
+                    f"{cls.__qualname__}.{name}: mutable default {type(default).__name__}: "
+                    "use field(default_factory=...)"
+                )
         for value in ns.values():
-            if "__class__" in getattr(getattr(value, "__code__", None), "co_freevars", ()):
+            if _uses_class_cell(value):
                 raise TypeError(f"{cls.__qualname__}: zero-argument super() is not supported")
         ns.pop("__dict__", None)
         ns.pop("__weakref__", None)
@@ -207,12 +234,15 @@ def record(cls: _C | None = None, /, *, frozen: bool = True) -> Any:
         for attr, value in (("__repr__", _repr), ("__eq__", _eq), ("__reduce__", _reduce)):
             if attr not in ns:
                 type.__setattr__(made, attr, value)
+        # A __hash__ the class sets itself is kept (None included), as dataclasses do;
+        # None with an __eq__ of its own is Python's implicit one, not the class's.
+        explicit_hash = "__hash__" in ns and not (ns["__hash__"] is None and "__eq__" in ns)
         if frozen:
             type.__setattr__(made, "__setattr__", _frozen_setattr)
             type.__setattr__(made, "__delattr__", _frozen_delattr)
-            if "__hash__" not in ns or ns["__hash__"] is None:
+            if not explicit_hash:
                 type.__setattr__(made, "__hash__", _hash)
-        elif "__hash__" not in ns or ns["__hash__"] is None:
+        elif not explicit_hash:
             type.__setattr__(made, "__hash__", None)
         type.__setattr__(made, "__dataclass_fields__", _Lazy("__dataclass_fields__"))
         type.__setattr__(made, "__dataclass_params__", _Lazy("__dataclass_params__"))

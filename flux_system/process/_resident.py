@@ -26,6 +26,7 @@ moves itself, decision 0025).
 from __future__ import annotations
 
 import collections
+import contextlib
 import errno
 import os
 import select
@@ -38,9 +39,41 @@ __all__ = ["Job", "Jobs", "Resident", "hand_off", "serve"]
 
 _EXIT_POLLS = 2000  # x 0.5 ms: a thread's exit after join takes microseconds
 _OVER_POLL_S = 0.001  # after an interrupt: how often the job's end is looked for
-Job = tuple[Callable[[], None], list[BaseException], int, list[bool]]
-"""A callable for a worker thread, the list its exception lands in, the eventfd the
-worker signals when the job is over, and the list it marks once it has signalled."""
+
+
+@typing.final
+class Job:
+    """One callable for a worker thread, with what it hands back.
+
+    The worker signals the job's end on ``worker_done``, its own duplicate of the
+    caller's eventfd ``done``, and closes it itself: whatever the caller does with
+    ``done`` (an interrupt may make it close it early), the worker never writes to a
+    number that may by then name another file.
+    """
+
+    __slots__ = ("done", "errors", "fn", "over", "taken", "worker_done")
+
+    def __init__(self, fn: Callable[[], None]) -> None:
+        self.fn = fn
+        self.errors: list[BaseException] = []
+        self.taken = False  # the worker took it from the queue (set under the queue's lock)
+        self.over = False  # the worker has signalled its end
+        self.done = os.eventfd(0, os.EFD_CLOEXEC)
+        try:
+            self.worker_done = os.dup(self.done)  # O_CLOEXEC by default
+        except BaseException:
+            os.close(self.done)
+            raise
+
+
+def _read(fd: int) -> int:
+    """``eventfd_read``, retried on ``EINTR`` (a signal whose handler returned): this
+    interpreter's ``os.eventfd_read`` does not retry it (PEP 475 notwithstanding)."""
+    while True:
+        try:
+            return os.eventfd_read(fd)
+        except InterruptedError:
+            continue
 
 
 @typing.final
@@ -57,6 +90,8 @@ class Jobs:
     Guarantee: after :meth:`close` no job is accepted (``OSError(ESHUTDOWN)``), the
     jobs queued before it are still served, and the fd is closed by the worker itself
     on its way out (:meth:`retire`), so it is never closed while the worker reads it.
+    A job :meth:`cancel` took back never runs; a count without its job (an interrupt
+    between the two, or a cancelled job) only wakes the worker to look again.
     """
 
     __slots__ = ("_fd", "_items", "_lock", "_open")
@@ -75,6 +110,15 @@ class Jobs:
             self._items.append(job)
             os.eventfd_write(self._fd, 1)
 
+    def cancel(self, job: Job) -> bool:
+        """Take *job* back if the worker has not taken it; whether it will never run."""
+        with self._lock:
+            if job.taken:
+                return False
+            with contextlib.suppress(ValueError):  # never queued (put was interrupted)
+                self._items.remove(job)
+            return True
+
     def close(self) -> None:
         """Accept no more jobs; the worker ends after those already queued. Idempotent."""
         with self._lock:
@@ -86,8 +130,15 @@ class Jobs:
 
     def get(self) -> Job | None:
         """The next job, waiting for one (the worker only); ``None``: closed."""
-        os.eventfd_read(self._fd)  # EFD_SEMAPHORE: one count per queued item
-        return self._items.popleft()
+        while True:
+            _read(self._fd)  # EFD_SEMAPHORE: one count per queued item
+            with self._lock:
+                if not self._items:  # its job was cancelled, or not queued yet
+                    continue
+                job = self._items.popleft()
+                if job is not None:
+                    job.taken = True
+                return job
 
     def retire(self) -> None:
         """Close the fd: called once, by the worker ending, or for a worker never run."""
@@ -97,46 +148,53 @@ class Jobs:
 def hand_off(jobs: Jobs, fn: Callable[[], None]) -> None:
     """Queue *fn* for the thread serving *jobs*, wait for it, re-raise what it raised.
 
-    Waits for the job even through ``KeyboardInterrupt`` (re-raised afterwards): the
-    caller must never clean up a fork that is still in progress. Shared by the
-    resident thread and the sandbox's confined spawner thread.
+    Waits for the job even through ``KeyboardInterrupt`` (re-raised afterwards), landing
+    anywhere from the queueing on, once or many times: the caller must never clean up
+    a fork that is still in progress. A job an interrupt stopped before the worker took
+    it is taken back and never runs. Shared by the resident thread and the sandbox's
+    confined spawner thread.
+
+    Not guaranteed under a storm of interrupts microseconds apart (another process
+    signalling this one in a loop): CPython can raise one at a loop's back edge, outside
+    any ``try``, so one may still surface while the job runs (measured: 1-3 of 300
+    hand-offs with a SIGINT every ~50 us), and an interrupt landing just as
+    ``os.eventfd``/``os.dup`` returns loses that fd. The worker survives either way and
+    never writes to a number reused meanwhile (it signals on its own duplicate).
     """
-    errors: list[BaseException] = []
-    over: list[bool] = []
-    done = os.eventfd(0, os.EFD_CLOEXEC)
-    try:
-        jobs.put((fn, errors, done, over))
-    except BaseException:
-        os.close(done)
-        raise
+    job = Job(fn)
     interrupted: BaseException | None = None
-    try:
-        os.eventfd_read(done)
-    except BaseException as exc:  # re-raised once the job is over
-        interrupted = exc
-        _wait_over(done, over)
-    finally:
-        os.close(done)  # only now: the worker has written its last to it
-    if errors:
-        raise errors[0]
+    queued = consumed = cancelled = False
+    while True:  # every interrupt comes back here until the job is settled
+        try:
+            if not queued:
+                queued = True  # before put: an interrupt in it is settled by cancel
+                jobs.put(job)
+            if not consumed and not job.over:
+                consumed = True  # before the read: after an interrupt, never read again
+                _read(job.done)
+            else:
+                _wait_over(job)
+            break
+        except BaseException as exc:  # re-raised once the job is settled
+            if interrupted is None:
+                interrupted = exc
+            if jobs.cancel(job):  # it never ran and never will
+                cancelled = True
+                break
+    os.close(job.done)
+    if cancelled:  # the worker never had it: its end is ours to close
+        os.close(job.worker_done)
+    if job.errors:
+        raise job.errors[0]
     if interrupted is not None:
         raise interrupted
 
 
-def _wait_over(done: int, over: list[bool]) -> None:
-    """Wait, through any further interrupt, until the worker is past its job.
-
-    After an interrupt it is not known whether the read of *done* consumed the
-    worker's signal (a signal handler's exception can land just after the read
-    returned), so this never reads: it looks for *done* readable (not yet consumed)
-    or *over* marked (the worker has signalled), whichever shows first.
-    """
-    while True:
-        try:
-            if over or select.select([done], [], [], _OVER_POLL_S)[0]:
-                return
-        except BaseException:  # noqa: S112 - the first interrupt is the one re-raised
-            continue
+def _wait_over(job: Job) -> None:
+    """Wait until the worker is past *job*, never reading its end (the read that was
+    interrupted may have consumed it): *done* readable or *over* marked."""
+    while not job.over and not select.select([job.done], [], [], _OVER_POLL_S)[0]:
+        pass
 
 
 def serve(jobs: Jobs, error: BaseException | None = None) -> None:
@@ -150,16 +208,18 @@ def serve(jobs: Jobs, error: BaseException | None = None) -> None:
             job = jobs.get()
             if job is None:
                 return
-            fn, errors, done, over = job
             try:
                 if error is not None:
                     raise error
-                fn()
+                job.fn()
             except BaseException as exc:  # handed back to the caller
-                errors.append(exc)
+                job.errors.append(exc)
             finally:
-                os.eventfd_write(done, 1)
-                over.append(True)  # after the write: the caller may close done now
+                try:
+                    os.eventfd_write(job.worker_done, 1)
+                finally:
+                    job.over = True  # the caller may close its own end now
+                    os.close(job.worker_done)
     finally:
         jobs.retire()
 
