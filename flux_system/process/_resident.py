@@ -26,7 +26,6 @@ moves itself, decision 0025).
 from __future__ import annotations
 
 import collections
-import contextlib
 import errno
 import os
 import select
@@ -51,12 +50,12 @@ class Job:
     number that may by then name another file.
     """
 
-    __slots__ = ("done", "errors", "fn", "over", "taken", "worker_done")
+    __slots__ = ("_token", "done", "errors", "fn", "over", "worker_done")
 
     def __init__(self, fn: Callable[[], None]) -> None:
         self.fn = fn
         self.errors: list[BaseException] = []
-        self.taken = False  # the worker took it from the queue (set under the queue's lock)
+        self._token = [True]  # popped once: by the worker (runs it) or a cancel (never runs)
         self.over = False  # the worker has signalled its end
         self.done = os.eventfd(0, os.EFD_CLOEXEC)
         try:
@@ -64,6 +63,20 @@ class Job:
         except BaseException:
             os.close(self.done)
             raise
+
+    def claim(self) -> bool:
+        """Whether this call took the job (worker: to run it; cancel: so it never runs).
+        ``list.pop`` is atomic: exactly one of them gets it, with no lock taken."""
+        try:
+            self._token.pop()
+        except IndexError:
+            return False
+        return True
+
+    @property
+    def taken(self) -> bool:
+        """The worker (or a cancel) has claimed it."""
+        return not self._token
 
 
 def _read(fd: int) -> int:
@@ -111,13 +124,10 @@ class Jobs:
             os.eventfd_write(self._fd, 1)
 
     def cancel(self, job: Job) -> bool:
-        """Take *job* back if the worker has not taken it; whether it will never run."""
-        with self._lock:
-            if job.taken:
-                return False
-            with contextlib.suppress(ValueError):  # never queued (put was interrupted)
-                self._items.remove(job)
-            return True
+        """Take *job* back if the worker has not claimed it; whether it will never run.
+        A cancelled job still queued is skipped by the worker, which touches nothing
+        of it: its fds are the canceller's to close."""
+        return job.claim()
 
     def close(self) -> None:
         """Accept no more jobs; the worker ends after those already queued. Idempotent."""
@@ -129,15 +139,18 @@ class Jobs:
             os.eventfd_write(self._fd, 1)
 
     def get(self) -> Job | None:
-        """The next job, waiting for one (the worker only); ``None``: closed."""
+        """The next job, waiting for one (the worker only); ``None``: closed.
+
+        A count is a wake-up, not a job: the worker sleeps only while nothing is
+        queued, so an item whose count an interrupt kept from being written is still
+        served by the next wake-up, and a spare count only wakes it to look again.
+        """
+        items = self._items
         while True:
-            _read(self._fd)  # EFD_SEMAPHORE: one count per queued item
-            with self._lock:
-                if not self._items:  # its job was cancelled, or not queued yet
-                    continue
-                job = self._items.popleft()
-                if job is not None:
-                    job.taken = True
+            while not items:
+                _read(self._fd)  # EFD_SEMAPHORE: one count per put
+            job = items.popleft()
+            if job is None or job.claim():  # else cancelled: skipped, untouched
                 return job
 
     def retire(self) -> None:
@@ -169,7 +182,7 @@ def hand_off(jobs: Jobs, fn: Callable[[], None]) -> None:
             if not queued:
                 queued = True  # before put: an interrupt in it is settled by cancel
                 jobs.put(job)
-            if not consumed and not job.over:
+            if not consumed:
                 consumed = True  # before the read: after an interrupt, never read again
                 _read(job.done)
             else:
