@@ -159,7 +159,7 @@ class Session:
         tree = self.sp.tree
         if not self._killed_after_exit:
             tree.kill()
-        code = tree.reap(self.sp.popen.wait, exited=self.exited)
+        code = tree.reap(self.sp.child.wait, exited=self.exited)
         tree.release()
         for fd in list(self._sinks):
             self.forget(fd)

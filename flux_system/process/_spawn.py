@@ -1,11 +1,13 @@
 """The one private builder that creates processes (DESIGN §2.3; enforced by a test).
 
-Every mode goes through :func:`_build_spawn`. The default path runs no Python code
-between fork and exec (CPython then uses ``vfork``): the cwd is pinned by ``chdir``
-into ``/proc/self/fd/N`` of a directory fd opened beneath the workspace root (the child
-chdirs before it closes inherited fds), the process group, umask and uid/gid drop are
-done by ``_posixsubprocess`` itself. Only rlimits and ``no_new_privs`` need a
-``preexec_fn``, paid when asked.
+Every mode goes through :func:`_build_spawn`. The default request (no uid/gid drop,
+umask, limits or sandbox) is spawned by the C library's ``posix_spawn`` (decision 0138:
+``fchdir`` to a directory fd opened beneath the workspace root, ``closefrom(3)``,
+``setsid``); the others by ``Popen``, which runs no Python code between fork and exec
+either (CPython then uses ``vfork``): the cwd is pinned by ``chdir`` into
+``/proc/self/fd/N`` of that fd (the child chdirs before it closes inherited fds), the
+process group, umask and uid/gid drop are done by ``_posixsubprocess`` itself. Only
+rlimits and ``no_new_privs`` need a ``preexec_fn``, paid when asked.
 
 Guarantee: the child gets only fds 0/1/2 (``close_fds``), an environment built by
 :func:`flux_system.process._env.build_env` (the allow-listed part snapshotted when the
@@ -24,14 +26,16 @@ import os
 import resource
 import signal
 import subprocess
+import sys
 import threading
 import time
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
 from flux_system._exceptions import ProcessError, ProcessReason, SpawnError
 from flux_system._record import record
+from flux_system.process import _posix_spawn as posix_spawn
 from flux_system.process._cgroup import CgroupPool
 from flux_system.process._confine import Confinement, Denials, Launch
 from flux_system.process._drain import devnull
@@ -46,6 +50,18 @@ class DirAuthority(typing.Protocol):
     """What the builder needs from a workspace: a directory fd opened beneath its root."""
 
     def _open_dir_fd(self, path: str = ".") -> int: ...
+
+
+class ChildHandle(typing.Protocol):
+    """What the run needs of a spawned leader: a ``Popen`` or a ``posix_spawn`` one."""
+
+    @property
+    def pid(self) -> int | None: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    def wait(self) -> int: ...
 
 
 class SpawnSpec(NamedTuple):
@@ -65,9 +81,9 @@ class SpawnSpec(NamedTuple):
 @typing.final
 @record(frozen=False)
 class Spawned:
-    """A started child: its Popen (for reaping), pidfd, tree and our pipe ends."""
+    """A started child: its handle (for reaping), pidfd, tree and our pipe ends."""
 
-    popen: subprocess.Popen[bytes]
+    child: ChildHandle
     pidfd: int
     tree: Tree
     stdin_fd: int | None
@@ -80,7 +96,7 @@ class Spawned:
 
     @property
     def pid(self) -> int:
-        return self.popen.pid
+        return typing.cast(int, self.child.pid)
 
     def settle(self, code: int) -> None:
         """After the reap: let the sandbox conclude the run (proxy, audit, denials)."""
@@ -164,14 +180,20 @@ def _translate(
 
 
 _SPAWN_FAILED = ProcessReason.SPAWN_FAILED
+# signal.getsignal without its enum conversion (every spawn asks): an int for SIG_DFL and
+# SIG_IGN, the handler otherwise.
+# (_signal, which the signal module wraps, is loaded with it and has no type stubs.)
+_getsignal: Callable[[int], object] = sys.modules["_signal"].getsignal
+_SIGCHLD = int(signal.SIGCHLD)
+_SIG_IGN = int(signal.SIG_IGN)
+_FS_ENCODING = sys.getfilesystemencoding()
+_FS_ERRORS = sys.getfilesystemencodeerrors()
 
 
 _LOST_CHILD_LOOKS = 20  # x 5 ms
 
 
-def _no_survivor(
-    tree: Tree, popen: subprocess.Popen[bytes], pidfd: int, pipe_fd: int | None
-) -> int:
+def _no_survivor(tree: Tree, popen: ChildHandle, pidfd: int, pipe_fd: int | None) -> int:
     """After a failed spawn: kill and reap the child if one was forked; return *pidfd*.
 
     Popen reaps a child whose exec failed. Any other exception after the fork (a
@@ -218,7 +240,7 @@ def _build_spawn(spec: SpawnSpec, ws: DirAuthority) -> Spawned:
         ConfinementError, WorkspaceError: the cwd was refused by the workspace.
     """
     target = spec.argv[0]
-    if signal.getsignal(signal.SIGCHLD) == signal.SIG_IGN:
+    if _getsignal(_SIGCHLD) == _SIG_IGN:
         # The kernel would reap every child at once: its exit status would be lost (a
         # failure read as exit 0) and pidfd_open could miss it. Also inherited through
         # exec from a parent that ignores SIGCHLD. Not seen: SA_NOCLDWAIT set from C.
@@ -262,6 +284,7 @@ def _build_spawn(spec: SpawnSpec, ws: DirAuthority) -> Spawned:
     # Made before its __init__ runs: a signal (KeyboardInterrupt) raised out of Popen's
     # constructor after the fork (its wait for the exec) still leaves us the child's pid.
     popen: subprocess.Popen[bytes] = subprocess.Popen.__new__(subprocess.Popen)
+    child: ChildHandle = popen
     try:
         cwd_fd = ws._open_dir_fd(spec.cwd)
         try:
@@ -314,12 +337,40 @@ def _build_spawn(spec: SpawnSpec, ws: DirAuthority) -> Spawned:
                 ) from exc
             raise
 
+        stdin_fd = theirs[0] if spec.with_stdin else devnull()
+        # The default spawn (decision 0138): the C library's posix_spawn, where nothing
+        # it cannot do is asked and no fd would land below 3 (dup2 onto itself would
+        # leave it close-on-exec). Its failure is repeated through Popen, which says
+        # precisely what failed (nothing ran: the exec itself failed).
+        fast = (
+            preexec is None
+            and launch is None
+            and priv.uid is None
+            and priv.gid is None
+            and priv.umask is None
+            and min(stdin_fd, out_w, err_w) >= 3
+            and posix_spawn.available()
+        )
+        if fast:
+            leader = posix_spawn.Leader()
+            child = leader
+            c_argv = [a.encode(_FS_ENCODING, _FS_ERRORS) for a in argv]  # as os.fsencode
+            c_env = [f"{k}={v}".encode(_FS_ENCODING, _FS_ERRORS) for k, v in env.items()]
+            c_exe = executable.encode(_FS_ENCODING, _FS_ERRORS)
+
         def fork() -> None:
+            nonlocal child
+            if fast:
+                if not posix_spawn.spawn(
+                    leader, c_exe, c_argv, c_env, fds=(stdin_fd, out_w, err_w), cwd_fd=cwd_fd
+                ):
+                    return
+                child = popen
             subprocess.Popen.__init__(
                 popen,
                 argv,
                 executable=executable,
-                stdin=theirs[0] if spec.with_stdin else devnull(),
+                stdin=stdin_fd,
                 stdout=out_w,
                 stderr=err_w,
                 cwd=cwd_link,
@@ -353,18 +404,18 @@ def _build_spawn(spec: SpawnSpec, ws: DirAuthority) -> Spawned:
             if launch is not None:
                 launch.close_fds()
         try:
-            pidfd = os.pidfd_open(popen.pid)
+            pidfd = os.pidfd_open(child_pid := typing.cast(int, child.pid))
         except OSError as exc:  # pragma: no cover - pidfd_open on a just-forked child
             raise SpawnError(
                 "pidfd_open failed", op="run", target=target, reason=_SPAWN_FAILED
             ) from exc
-        tree.started(popen.pid, pidfd)
+        tree.started(child_pid, pidfd)
         if launch is not None and launch.started is not None:
-            launch.started(popen.pid)
+            launch.started(child_pid)
         for fd in ours:
             os.set_blocking(fd, False)
         return Spawned(
-            popen=popen,
+            child=child,
             pidfd=pidfd,
             tree=tree,
             stdin_fd=ours[0] if spec.with_stdin else None,
@@ -379,7 +430,7 @@ def _build_spawn(spec: SpawnSpec, ws: DirAuthority) -> Spawned:
             os.close(fd)
         if probe is not None:
             os.close(probe)
-        pidfd = _no_survivor(tree, popen, pidfd, theirs[-1] if theirs else None)
+        pidfd = _no_survivor(tree, child, pidfd, theirs[-1] if theirs else None)
         if pidfd >= 0:
             os.close(pidfd)
         tree.release()

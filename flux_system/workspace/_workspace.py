@@ -22,6 +22,7 @@ __all__ = ["Workspace"]
 _MAX_LIST_ENTRIES = 1_000_000  # names list_dir returns before TOO_MANY_ENTRIES
 _DEFAULT_WALK_ENTRIES = 100_000
 _READ_CHUNK = 1 << 16
+_DIR_FD_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 
 
 def _check_limit(limit: object) -> int | None:
@@ -208,6 +209,12 @@ class Workspace(Mutations):
         Resolved beneath its root like every other operation; the caller closes it.
         """
         op = "open_dir"
+        if path == ".":  # the primary root itself (every run's default cwd): no name to
+            root = self._main  # resolve, so a plain openat of "." relative to it
+            with self._mapped(root, op, path):
+                if root.fd < 0:
+                    raise err(op, path, WorkspaceReason.CLOSED, "workspace is closed")
+                return os.open(".", _DIR_FD_FLAGS, dir_fd=root.fd)
         root, rel, display = self._locate(path, op)
         with self._mapped(root, op, display):
             return self._open(root, rel, os.O_RDONLY | os.O_DIRECTORY, op=op, display=display)

@@ -20,6 +20,7 @@ import psutil
 import pytest
 
 from flux_system import Limits, ProcessReason, SpawnError, System
+from flux_system.process import _posix_spawn as posix_spawn
 from flux_system.process._cgroup import process_limit_available
 from flux_system.process._drain import MAX_LINE, Capture, Ring, grow_pipe
 from flux_system.process._reap import cgroup_available
@@ -66,6 +67,39 @@ def _one_shot(
     return seen
 
 
+def _on_fork(
+    monkeypatch: pytest.MonkeyPatch,
+    after: Callable[[int], None],
+    armed: Callable[[], bool] = lambda: True,
+) -> list[int]:
+    """Gate both spawn paths (Popen's ``fork_exec`` and ``posix_spawn``, decision
+    0138): the first child made once *armed* has its pid recorded, then *after* runs
+    with it, still inside the spawn call."""
+    seen: list[int] = []
+    real_fork_exec = subprocess._fork_exec  # type: ignore[attr-defined]
+    real_spawn = posix_spawn.spawn
+
+    def note(pid: int | None) -> None:
+        if pid and not seen and armed():
+            seen.append(pid)
+            after(pid)
+
+    def fork_exec(*args: Any, **kwargs: Any) -> int:
+        pid: int = real_fork_exec(*args, **kwargs)
+        note(pid)
+        return pid
+
+    def spawn(leader: posix_spawn.Leader, *args: Any, **kwargs: Any) -> int:
+        err = real_spawn(leader, *args, **kwargs)
+        if not err:
+            note(leader.pid)
+        return err
+
+    monkeypatch.setattr(subprocess, "_fork_exec", fork_exec)
+    monkeypatch.setattr(posix_spawn, "spawn", spawn)
+    return seen
+
+
 def _interrupt(_: object) -> None:
     raise KeyboardInterrupt
 
@@ -80,7 +114,7 @@ def test_interrupt_right_after_the_fork_leaves_no_child(
     # A SIGINT pending when fork_exec returns raises before Popen stores the pid: the
     # child was left running, unreaped, in its cgroup (found there now).
     require(cgroup_available(), "a usable cgroup (v1 pids or v2) for tree containment")
-    forked = _one_shot(monkeypatch, subprocess, "_fork_exec", _interrupt)
+    forked = _on_fork(monkeypatch, _interrupt)
     with pytest.raises(KeyboardInterrupt):
         system.run(["sleep", "30"], limits=limits)
     assert forked and _gone(forked[0])
@@ -91,7 +125,7 @@ def test_interrupt_while_popen_waits_for_the_exec_leaves_no_child(
     system: System, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Raised out of Popen's errpipe read (its wait for the exec): pid stored, no reap.
-    forked = _one_shot(monkeypatch, subprocess, "_fork_exec", lambda pid: None)
+    forked = _on_fork(monkeypatch, lambda pid: None)
     _one_shot(monkeypatch, os, "read", _interrupt, armed=lambda: bool(forked))
     with pytest.raises(KeyboardInterrupt):
         system.run(["sleep", "30"], limits=Limits(open_files=64))
@@ -102,7 +136,7 @@ def test_interrupt_while_popen_waits_for_the_exec_leaves_no_child(
 def test_interrupt_after_popen_returned_leaves_no_child(
     system: System, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    forked = _one_shot(monkeypatch, subprocess, "_fork_exec", lambda pid: None)
+    forked = _on_fork(monkeypatch, lambda pid: None)
     _one_shot(monkeypatch, os, "set_blocking", _interrupt, armed=lambda: bool(forked))
     with pytest.raises(KeyboardInterrupt):
         system.run(["sleep", "30"])
@@ -129,7 +163,7 @@ def test_spawn_whose_drain_thread_fails_leaves_no_child(
 ) -> None:
     # ManagedChild's drain thread could not start (thread limit), or a signal came
     # while Thread.start waited for it: the child was left running, its slot taken.
-    forked = _one_shot(monkeypatch, subprocess, "_fork_exec", lambda pid: None)
+    forked = _on_fork(monkeypatch, lambda pid: None)
     if fault == "thread refused":
         monkeypatch.setattr(threading, "_start_new_thread", _no_thread)
         expected: type[BaseException] = RuntimeError
@@ -227,7 +261,7 @@ def test_process_limit_holds_while_the_spawning_thread_leaves_the_cgroup(
     # home before pids.max went back to nproc, so a child that forked in between (the
     # spawner descheduled: widened here by a pause) got nproc + 1 processes.
     require(process_limit_available(), PIDS_LIMIT)
-    forked = _one_shot(monkeypatch, subprocess, "_fork_exec", lambda pid: None)
+    forked = _on_fork(monkeypatch, lambda pid: None)
     # The first os.write after the fork is the spawner's own (Popen writes nothing).
     _one_shot(monkeypatch, os, "write", lambda n: time.sleep(0.5), armed=lambda: bool(forked))
     result = system.run(["sh", "-c", "(echo forked) & wait"], limits=Limits(nproc=1), timeout=30)
