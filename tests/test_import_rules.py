@@ -27,12 +27,24 @@ PURE_EXTRA = {
     "flux_evidence": {"pydantic", "pydantic_core", "cryptography"},
 }
 # The only modules allowed to create processes: the one spawn builder and the launcher.
-SPAWN_ALLOWED = {"flux_system/process/_spawn.py", "flux_system/sandbox/_launcher.py"}
+SPAWN_ALLOWED = {
+    "flux_system/process/_spawn.py",
+    "flux_system/process/_posix_spawn.py",  # the C library's posix_spawn (decision 0138)
+    "flux_system/sandbox/_launcher.py",
+}
 FILE_ALLOWED_PACKAGES = {"flux_system", "flux_evidence", "flux_policy"}
 # flux_runtime's own files (run reports, later its session store) go through one module.
 FILE_ALLOWED_MODULES = {"flux_runtime/_files.py"}
 
-PROCESS_MODULES = {"subprocess", "multiprocessing", "pty", "asyncio.subprocess"}
+PROCESS_MODULES = {
+    "subprocess",
+    "multiprocessing",
+    "pty",
+    "asyncio.subprocess",
+    "flux_system.process._posix_spawn",
+}
+# Any attribute of these names (a C library's function looked up through ctypes too).
+PROCESS_ATTRIBUTES = {"posix_spawn", "posix_spawnp", "fork", "vfork", "execve"}
 PROCESS_CALLS = {
     "os.fork",
     "os.forkpty",
@@ -110,6 +122,8 @@ def scan_source(source: str, rel: str) -> dict[str, list[Finding]]:
                 if full in NET_CALLS:
                     out["net"].append(Finding(rel, node.lineno, f"from-import {full}"))
     for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in PROCESS_ATTRIBUTES:
+            out["process"].append(Finding(rel, node.lineno, f".{node.attr}"))
         if not isinstance(node, ast.Call):
             continue
         name = _dotted(node.func)
@@ -191,6 +205,9 @@ ev("/bin/x", ["x"])
 create_connection(("h", 1))
 httpx.Client()
 open("/etc/passwd")
+import ctypes
+ctypes.CDLL(None).posix_spawn
+import flux_system.process._posix_spawn as spawner
 """
 
 
@@ -200,6 +217,8 @@ def test_scanner_negative_control() -> None:
         "import subprocess",
         "os.fork",
         "os.execv",
+        ".posix_spawn",
+        "import flux_system.process._posix_spawn",
     }
     assert {f.what for f in findings["net"]} >= {"socket.create_connection", "httpx.Client"}
     assert [f.what for f in findings["file"]] == ["open"]

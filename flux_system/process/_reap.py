@@ -244,7 +244,7 @@ class Tree:
     def _kill_locked(self, leader_exited: bool) -> bool:
         lease = self._lease
         if lease is not None and leader_exited:
-            with contextlib.suppress(OSError, ValueError):
+            try:  # not contextlib.suppress: every run's hot path
                 if lease.has_pids:
                     if lease.current() <= 1:  # only the exited, unreaped leader: none alive
                         self._known_empty = True
@@ -252,6 +252,8 @@ class Tree:
                 elif not lease.populated():  # v2 without pids: zombies do not populate
                     reap_zombies_v2(lease, _live_leaders())
                     return True
+            except (OSError, ValueError):  # unreadable: the full kill below decides
+                pass
         if self.leader_fd >= 0 and not leader_exited:
             with contextlib.suppress(OSError):
                 signal.pidfd_send_signal(self.leader_fd, signal.SIGKILL)
