@@ -182,10 +182,14 @@ def _translate(
 _SPAWN_FAILED = ProcessReason.SPAWN_FAILED
 # signal.getsignal without its enum conversion (every spawn asks): an int for SIG_DFL and
 # SIG_IGN, the handler otherwise.
-# (_signal, which the signal module wraps, is loaded with it and has no type stubs.)
+# (_signal, which the signal module wraps, is loaded with it and has no type stubs;
+# its pthread_sigmask returns plain ints too.)
 _getsignal: Callable[[int], object] = sys.modules["_signal"].getsignal
 _SIGCHLD = int(signal.SIGCHLD)
 _SIG_IGN = int(signal.SIG_IGN)
+_sigmask: Callable[[int, object], set[int]] = sys.modules["_signal"].pthread_sigmask
+_SIG_BLOCK = int(signal.SIG_BLOCK)
+_SIG_SETMASK = int(signal.SIG_SETMASK)
 _FS_ENCODING = sys.getfilesystemencoding()
 _FS_ERRORS = sys.getfilesystemencodeerrors()
 
@@ -358,14 +362,35 @@ def _build_spawn(spec: SpawnSpec, ws: DirAuthority) -> Spawned:
             c_env = [f"{k}={v}".encode(_FS_ENCODING, _FS_ERRORS) for k, v in env.items()]
             c_exe = executable.encode(_FS_ENCODING, _FS_ERRORS)
 
+        # The child's signal mask is this thread's, whichever thread forks (a resident
+        # or the sandbox's spawner has its own, inherited from whoever started it).
+        mask = frozenset(_sigmask(_SIG_BLOCK, ()))
+        caller = threading.get_ident()
+
         def fork() -> None:
             nonlocal child
             if fast:
                 if not posix_spawn.spawn(
-                    leader, c_exe, c_argv, c_env, fds=(stdin_fd, out_w, err_w), cwd_fd=cwd_fd
+                    leader,
+                    c_exe,
+                    c_argv,
+                    c_env,
+                    fds=(stdin_fd, out_w, err_w),
+                    cwd_fd=cwd_fd,
+                    mask=mask,
                 ):
                     return
                 child = popen
+            if threading.get_ident() == caller:
+                popen_init()
+                return
+            own = _sigmask(_SIG_SETMASK, mask)  # Popen's child takes the forking thread's
+            try:
+                popen_init()
+            finally:
+                _sigmask(_SIG_SETMASK, own)
+
+        def popen_init() -> None:
             subprocess.Popen.__init__(
                 popen,
                 argv,

@@ -181,7 +181,13 @@ def test_a_posix_spawn_leader_reaps_as_popen_does() -> None:
     cwd = os.open("/", os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         err = posix_spawn.spawn(
-            leader, b"/bin/sh", [b"sh", b"-c", b"exit 7"], [], fds=(null, w, w), cwd_fd=cwd
+            leader,
+            b"/bin/sh",
+            [b"sh", b"-c", b"exit 7"],
+            [],
+            fds=(null, w, w),
+            cwd_fd=cwd,
+            mask=frozenset(),
         )
     finally:
         for fd in (r, w, null, cwd):
