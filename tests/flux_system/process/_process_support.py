@@ -6,6 +6,7 @@ import contextlib
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -69,3 +70,28 @@ def cgroup_dirs() -> frozenset[str]:
 def descendants() -> frozenset[int]:
     """Pids of every descendant of this process (zombies included)."""
     return frozenset(p.pid for p in psutil.Process().children(recursive=True))
+
+
+def count_spawn_paths(monkeypatch: Any) -> dict[str, int]:
+    """Count the calls of each spawn path, ``posix_spawn`` and ``Popen``'s fork_exec
+    (decision 0138): the positive control that the path under test really ran."""
+    import subprocess
+
+    from flux_system.process import _posix_spawn as posix_spawn
+
+    calls = {"posix_spawn": 0, "popen": 0}
+    real_spawn = posix_spawn.spawn
+    real_fork_exec = subprocess._fork_exec  # type: ignore[attr-defined]
+
+    def spawn(*args: Any, **kwargs: Any) -> int:
+        calls["posix_spawn"] += 1
+        return real_spawn(*args, **kwargs)
+
+    def fork_exec(*args: Any, **kwargs: Any) -> int:
+        calls["popen"] += 1
+        pid: int = real_fork_exec(*args, **kwargs)
+        return pid
+
+    monkeypatch.setattr(posix_spawn, "spawn", spawn)
+    monkeypatch.setattr(subprocess, "_fork_exec", fork_exec)
+    return calls

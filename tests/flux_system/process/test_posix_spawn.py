@@ -9,7 +9,6 @@ import json
 import os
 import signal
 import stat
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ import pytest
 
 from flux_system import ProcessReason, SpawnError, System
 from flux_system.process import _posix_spawn as posix_spawn
-from tests.flux_system.process._process_support import PYTHON, make_ws
+from tests.flux_system.process._process_support import PYTHON, count_spawn_paths, make_ws
 
 _PROBE = r"""
 import json, os, sys
@@ -40,26 +39,6 @@ def system(tmp_path: Path) -> Iterator[System]:
     (tmp_path / "sub").mkdir()
     with System(make_ws(tmp_path)) as s:
         yield s
-
-
-def _count(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
-    """Count the calls of each spawn path (positive control: the path under test ran)."""
-    calls = {"posix_spawn": 0, "popen": 0}
-    real_spawn = posix_spawn.spawn
-    real_fork_exec = subprocess._fork_exec  # type: ignore[attr-defined]
-
-    def spawn(*args: Any, **kwargs: Any) -> int:
-        calls["posix_spawn"] += 1
-        return real_spawn(*args, **kwargs)
-
-    def fork_exec(*args: Any, **kwargs: Any) -> int:
-        calls["popen"] += 1
-        pid: int = real_fork_exec(*args, **kwargs)
-        return pid
-
-    monkeypatch.setattr(posix_spawn, "spawn", spawn)
-    monkeypatch.setattr(subprocess, "_fork_exec", fork_exec)
-    return calls
 
 
 def _probe(system: System) -> dict[str, Any]:
@@ -90,7 +69,7 @@ def test_the_default_spawn_makes_the_child_popen_makes(
     os.set_inheritable(stray, True)
     old_usr2 = signal.signal(signal.SIGUSR2, signal.SIG_IGN)
     try:
-        calls = _count(monkeypatch)
+        calls = count_spawn_paths(monkeypatch)
         fast, fast_signals = _probe(system), _signals(system)
         assert calls == {"posix_spawn": 2, "popen": 0}
         monkeypatch.setattr(posix_spawn, "available", lambda: False)
@@ -116,7 +95,7 @@ def test_std_fds_below_3_take_the_popen_path(
 ) -> None:
     # A child end landing on fd 0-2 (this process started with them closed) could stay
     # close-on-exec after dup2 onto itself: such a spawn goes through Popen.
-    calls = _count(monkeypatch)
+    calls = count_spawn_paths(monkeypatch)
     real_pipe2 = os.pipe2
     saved: dict[int, int] = {}
 
@@ -163,7 +142,7 @@ def test_a_failed_posix_spawn_is_reported_as_popen_reports_it(
         target.chmod(stat.S_IRWXU)
     elif make == "directory":
         target.mkdir()
-    calls = _count(monkeypatch)
+    calls = count_spawn_paths(monkeypatch)
     with pytest.raises(SpawnError) as info:
         system.run(["./prog"], cwd="sub")
     assert info.value.reason == reason

@@ -32,7 +32,7 @@ import pytest
 
 from flux_system import ProcessReason, SpawnError, System
 from flux_system.process import _posix_spawn as posix_spawn
-from tests.flux_system.process._process_support import PYTHON, REPO, make_ws
+from tests.flux_system.process._process_support import PYTHON, REPO, count_spawn_paths, make_ws
 
 
 @pytest.fixture
@@ -43,29 +43,9 @@ def system(tmp_path: Path) -> Iterator[System]:
         yield s
 
 
-def _count(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
-    """Count the calls of each spawn path (the positive control)."""
-    calls = {"posix_spawn": 0, "popen": 0}
-    real_spawn = posix_spawn.spawn
-    real_fork_exec = subprocess._fork_exec  # type: ignore[attr-defined]
-
-    def spawn(*args: Any, **kwargs: Any) -> int:
-        calls["posix_spawn"] += 1
-        return real_spawn(*args, **kwargs)
-
-    def fork_exec(*args: Any, **kwargs: Any) -> int:
-        calls["popen"] += 1
-        pid: int = real_fork_exec(*args, **kwargs)
-        return pid
-
-    monkeypatch.setattr(posix_spawn, "spawn", spawn)
-    monkeypatch.setattr(subprocess, "_fork_exec", fork_exec)
-    return calls
-
-
 def _both(monkeypatch: pytest.MonkeyPatch, probe: Callable[[], Any]) -> tuple[Any, Any]:
     """*probe* through posix_spawn, then through Popen; each path shown to have run."""
-    calls = _count(monkeypatch)
+    calls = count_spawn_paths(monkeypatch)
     fast = probe()
     assert calls["posix_spawn"] >= 1 and calls["popen"] == 0
     calls.update(posix_spawn=0, popen=0)
@@ -370,7 +350,7 @@ def test_a_failed_spawn_has_the_same_error_and_leaves_nothing(
             system.run(argv, cwd="sub")
         return info.value.reason, str(info.value)
 
-    calls = _count(monkeypatch)
+    calls = count_spawn_paths(monkeypatch)
     fast = probe()
     assert calls == {"posix_spawn": 1, "popen": 1}  # tried, then repeated to say why
     monkeypatch.setattr(posix_spawn, "available", lambda: False)
@@ -391,7 +371,7 @@ def test_a_failed_spawn_has_the_same_error_and_leaves_nothing(
 def test_many_threads_spawning_at_once_through_one_system(
     system: System, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    calls = _count(monkeypatch)
+    calls = count_spawn_paths(monkeypatch)
     outs: dict[tuple[int, int], bytes] = {}
     errors: list[BaseException] = []
     start = threading.Barrier(8)
