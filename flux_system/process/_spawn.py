@@ -190,6 +190,10 @@ _SIG_IGN = int(signal.SIG_IGN)
 _sigmask: Callable[[int, object], set[int]] = sys.modules["_signal"].pthread_sigmask
 _SIG_BLOCK = int(signal.SIG_BLOCK)
 _SIG_SETMASK = int(signal.SIG_SETMASK)
+# The C library's own signals (32 and 33 for glibc): never passed on in a mask (setting
+# them is refused with a warning; they are the library's business).
+_LIBC_OWN = frozenset(range(32, signal.SIGRTMIN))
+_NO_SIGNALS: frozenset[int] = frozenset()
 _FS_ENCODING = sys.getfilesystemencoding()
 _FS_ERRORS = sys.getfilesystemencodeerrors()
 
@@ -364,7 +368,8 @@ def _build_spawn(spec: SpawnSpec, ws: DirAuthority) -> Spawned:
 
         # The child's signal mask is this thread's, whichever thread forks (a resident
         # or the sandbox's spawner has its own, inherited from whoever started it).
-        mask = frozenset(_sigmask(_SIG_BLOCK, ()))
+        blocked = _sigmask(_SIG_BLOCK, ())
+        mask = frozenset(blocked - _LIBC_OWN) if blocked else _NO_SIGNALS
         caller = threading.get_ident()
 
         def fork() -> None:
