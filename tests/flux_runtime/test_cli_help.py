@@ -48,3 +48,20 @@ def test_top_level_help_lists_every_exit_code(capsys: pytest.CaptureFixture[str]
         assert name in text.split("exit codes", 1)[1]
     every = _codes(_exec) | _codes(_policy) | _codes(_evidence) | {EXIT_BROKEN_PIPE}
     assert every <= _listed(text)
+
+
+@pytest.mark.parametrize("columns", [None, "37", "0", "wide"])
+def test_help_width_is_the_one_shutil_reports(
+    monkeypatch: pytest.MonkeyPatch, columns: str | None
+) -> None:
+    # The parser's formatters get the width without importing shutil (start-up cost):
+    # it must be the width shutil.get_terminal_size would give argparse.
+    import shutil
+
+    from flux_runtime.cli import _columns
+
+    if columns is None:
+        monkeypatch.delenv("COLUMNS", raising=False)
+    else:
+        monkeypatch.setenv("COLUMNS", columns)
+    assert _columns() == shutil.get_terminal_size().columns
