@@ -14,7 +14,7 @@ import typing
 from collections.abc import Mapping
 
 from flux_runtime.cli._text import shown
-from flux_system._record import record
+from flux_system._values import record
 from flux_system.process import is_denied_hook
 
 __all__ = ["ExecOptions", "UsageError", "add_options", "options"]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import typing
 
-from flux_system._record import record
+from flux_system._values import record
 from flux_system.process import OutputTotals
 from flux_system.sandbox import Denials
 

@@ -8,7 +8,7 @@ import time
 import typing
 from collections.abc import AsyncIterator, Callable, Iterator
 
-from flux_system._record import record
+from flux_system._values import record
 from flux_system.process._confine import Denials
 from flux_system.process._drain import LineObserver, Ring
 from flux_system.process._flowdrive import drive_flow

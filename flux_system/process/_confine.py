@@ -17,7 +17,7 @@ import threading
 import typing
 from collections.abc import Callable, Mapping
 
-from flux_system._record import field, record
+from flux_system._values import field, record
 from flux_system.process._limits import Limits
 
 __all__ = ["Confinement", "Denial", "Denials", "Launch", "SandboxLike"]

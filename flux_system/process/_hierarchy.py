@@ -23,7 +23,7 @@ import os
 import re
 import typing
 
-from flux_system._record import record
+from flux_system._values import record
 
 __all__ = ["Hierarchy", "detect", "find", "reset"]
 

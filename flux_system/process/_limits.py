@@ -14,7 +14,7 @@ import resource
 import typing
 from collections.abc import Callable
 
-from flux_system._record import record
+from flux_system._values import record
 
 __all__ = ["Limits", "Privileges", "make_preexec"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typing
 
-from flux_system._record import record
+from flux_system._values import record
 from flux_system.process._confine import Denials
 from flux_system.process._drain import decode_capped
 

@@ -35,7 +35,7 @@ from typing import NamedTuple
 
 import flux_system.process._posix_spawn as posix_spawn
 from flux_system._exceptions import ProcessError, ProcessReason, SpawnError
-from flux_system._record import record
+from flux_system._values import record
 from flux_system.process._cgroup import CgroupPool
 from flux_system.process._confine import Confinement, Denials, Launch
 from flux_system.process._drain import devnull

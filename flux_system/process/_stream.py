@@ -25,7 +25,7 @@ import typing
 from collections.abc import Callable
 
 from flux_system._exceptions import ProcessError, ProcessReason
-from flux_system._record import record
+from flux_system._values import record
 from flux_system.process._drain import CHUNK, LineObserver, _Lines, devnull, grow_pipe
 
 __all__ = ["ChildStdin", "Flow", "OutputChunk", "StreamSink"]

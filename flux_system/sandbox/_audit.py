@@ -24,7 +24,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Final, final
 
 from flux_system._exceptions import SandboxReason, SandboxUnavailableError
-from flux_system._record import record
+from flux_system._values import record
 from flux_system.process import RunResult, System
 from flux_system.sandbox._audit_check import Out, check_created, check_level
 from flux_system.sandbox._audit_plan import Entry, capture_plan, make_plan, normalised

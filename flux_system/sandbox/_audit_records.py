@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from typing import Final, final
 
-from flux_system._record import field, record
+from flux_system._values import field, record
 from flux_system.workspace import FileKind
 
 __all__ = ["MAX_AUDIT_RECORDS", "AuditChange", "AuditRecord", "AuditReport"]

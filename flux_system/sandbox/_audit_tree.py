@@ -15,7 +15,7 @@ import os
 import stat
 from typing import Final, final
 
-from flux_system._record import record
+from flux_system._values import record
 from flux_system.workspace import FileKind
 
 __all__ = [

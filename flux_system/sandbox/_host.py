@@ -18,7 +18,7 @@ import typing
 
 import flux_system.sandbox._landlock as _landlock
 import flux_system.sandbox._libseccomp as _libseccomp
-from flux_system._record import record
+from flux_system._values import record
 from flux_system.process._cgroup import pids_hierarchy_available
 
 __all__ = ["BwrapInfo", "HostInfo", "find_bwrap", "probe"]

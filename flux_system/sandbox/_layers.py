@@ -9,7 +9,7 @@ import os
 import sys
 import typing
 
-from flux_system._record import field, record
+from flux_system._values import field, record
 from flux_system.sandbox._host import HostInfo
 from flux_system.sandbox._profile import LAYERS, Profile
 from flux_system.sandbox._report import Guarantee, LayerStatus, SandboxReport

@@ -19,7 +19,7 @@ import typing
 from pathlib import Path
 
 from flux_system._exceptions import SandboxReason, SandboxUnavailableError
-from flux_system._record import record
+from flux_system._values import record
 
 __all__ = [
     "BUILTIN_PROFILES",

@@ -41,7 +41,7 @@ import fcntl
 import os
 
 import flux_system.sandbox._libseccomp as L
-from flux_system._record import record
+from flux_system._values import record
 
 __all__ = [
     "DENIED_SYSCALLS",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import typing
 
-from flux_system._record import record
+from flux_system._values import record
 
 __all__ = ["BACKENDS", "MODES", "SandboxSettings"]
 

@@ -7,7 +7,7 @@ import os
 import stat
 import typing
 
-from flux_system._record import record
+from flux_system._values import record
 
 __all__ = ["FileInfo", "FileKind"]
 

@@ -17,7 +17,7 @@ import pathlib
 import typing
 
 from flux_system._exceptions import ConfinementReason, PathEscapeError, map_os_errors
-from flux_system._record import record
+from flux_system._values import record
 from flux_system.workspace._pathname import as_text
 
 __all__ = ["NamedRoot", "Root", "open_root", "remainder", "split_abs"]

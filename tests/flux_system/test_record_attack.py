@@ -10,7 +10,7 @@ import dataclasses
 
 import pytest
 
-from flux_system._record import field, record
+from flux_system._values import field, record
 from flux_system.process import Limits
 
 
