@@ -201,16 +201,17 @@ _FS_ERRORS = sys.getfilesystemencodeerrors()
 _LOST_CHILD_LOOKS = 20  # x 5 ms
 
 
-def _no_survivor(tree: Tree, popen: ChildHandle, pidfd: int, pipe_fd: int | None) -> int:
+def _no_survivor(tree: Tree, child: ChildHandle, pidfd: int, pipe_fd: int | None) -> int:
     """After a failed spawn: kill and reap the child if one was forked; return *pidfd*.
 
-    Popen reaps a child whose exec failed. Any other exception after the fork (a
-    signal: ``KeyboardInterrupt``) leaves it running; when it came before Popen stored
-    the pid (right after ``fork_exec`` returned), the pid is found as our direct child
+    Popen (and the C library's posix_spawn) reaps a child whose exec failed. Any other
+    exception after the fork (a signal: ``KeyboardInterrupt``) leaves it running; when
+    it came before Popen stored the pid (right after ``fork_exec`` returned; a
+    posix_spawn leader holds its pid from the C call on), the pid is found as our direct child
     in the tree's cgroup, or else (a v2 child not yet in it, or no cgroup) as our child
     holding the spawn's own pipe *pipe_fd*.
     """
-    pid: int | None = getattr(popen, "pid", None)
+    pid: int | None = getattr(child, "pid", None)
     lost = pid is None
     if pid is None:
         found: list[int] = []
@@ -228,7 +229,7 @@ def _no_survivor(tree: Tree, popen: ChildHandle, pidfd: int, pipe_fd: int | None
         if not found:
             return pidfd
         pid = found[0]
-    elif popen.returncode is not None:
+    elif child.returncode is not None:
         return pidfd
     if pidfd < 0:  # pins the leader (our unreaped child) for the kill
         with contextlib.suppress(OSError):
@@ -236,7 +237,7 @@ def _no_survivor(tree: Tree, popen: ChildHandle, pidfd: int, pipe_fd: int | None
     tree.started(pid, pidfd)
     tree.kill()
     lost_pid = pid
-    tree.reap((lambda: os.waitpid(lost_pid, 0)[1]) if lost else popen.wait)
+    tree.reap((lambda: os.waitpid(lost_pid, 0)[1]) if lost else child.wait)
     return pidfd
 
 
